@@ -1,0 +1,32 @@
+# Bootstrap of the CPU environment and the user-facing targets.
+# `make test` creates .venv/ if it is missing, then runs the test suite.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: venv test demo lint bench clean-venv
+
+venv: $(STAMP)
+
+# torch 2.13.0 first: it is the CPU wheel on local disk; any other torch would pull a CUDA
+# build. Then the package with its CPU-safe dependencies (no verl extras).
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -U "pip>=25"
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+test: venv
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: venv
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/snakemake --lint
+
+bench: venv
+	for b in benchmarks/*.py; do $(BIN)/python $$b || exit 1; done
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,1 @@
+"""dppo-bench: the DPPO paper as a reproducible experiment suite."""

@@ -1,0 +1,122 @@
+"""Divergences between the rollout policy mu and the training policy pi at one state.
+
+Every function takes log-probabilities (any float dtype; computed in float32) and returns one
+value per token. All are KL(mu || pi), rollout distribution first, as in the paper (Sec. 4).
+
+Three reductions of the vocabulary, each a coarse-graining of the next, so that
+binary <= top-K <= exact (data-processing inequality, paper App. B):
+
+* binary: {sampled token, everything else} (Eqs. 13-14);
+* top-K: the kept set A' = top-K of mu with the sampled token forced in, plus one "other"
+  bucket holding the rest of the mass (Eqs. 15-16);
+* exact: the full vocabulary (reference only; the trainer never needs it).
+
+Numerical safety: probabilities of exactly 0 or 1, ``-inf`` log-probs and bf16 inputs all give
+finite results. Log-probabilities are floored at ``LOG_FLOOR`` and bucket masses at
+``MASS_FLOOR`` (the paper's code clamps rest masses at 1e-12 too), so a divergence against a
+token that pi gives zero mass is large but finite.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+Kind = Literal["tv", "kl"]
+
+LOG_FLOOR = -100.0  # exp(-100) underflows float32 to a subnormal; keeps log-space finite
+MASS_FLOOR = 1e-12  # floor of a bucket's mass inside a log
+
+
+def _logp(x: torch.Tensor) -> torch.Tensor:
+    return x.float().clamp(LOG_FLOOR, 0.0)  # -inf -> floor; a NaN stays NaN (an upstream bug)
+
+
+def _rest(logp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mass of the "other" bucket, 1 - sum_k p_k over the last dim, and its floored log.
+
+    Computed from logsumexp with expm1, so it stays accurate when the kept mass is close to 1.
+    """
+    log_kept = torch.logsumexp(logp, dim=-1).clamp(max=0.0)
+    rest = -torch.expm1(log_kept)
+    return rest, torch.log(rest.clamp(min=MASS_FLOOR))
+
+
+def _kl_terms(p: torch.Tensor, logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
+    """p * (log p - log q), with 0 * log 0 = 0."""
+    return torch.where(p > 0, p * (logp - logq), torch.zeros_like(p))
+
+
+def binary_tv(mu_logprob: torch.Tensor, pi_logprob: torch.Tensor) -> torch.Tensor:
+    """|mu(a) - pi(a)| of the sampled token: both halves of the binary TV sum are equal."""
+    return (_logp(mu_logprob).exp() - _logp(pi_logprob).exp()).abs()
+
+
+def binary_kl(mu_logprob: torch.Tensor, pi_logprob: torch.Tensor) -> torch.Tensor:
+    """KL(Bernoulli(mu(a)) || Bernoulli(pi(a))) of the sampled token a."""
+    return topk_divergence(mu_logprob.unsqueeze(-1), pi_logprob.unsqueeze(-1), "kl")
+
+
+def topk_divergence(mu_logprobs: torch.Tensor, pi_logprobs: torch.Tensor, kind: Kind) -> torch.Tensor:
+    """TV or KL(mu || pi) on the kept token set plus an "other" bucket.
+
+    ``mu_logprobs`` and ``pi_logprobs`` hold the log-probabilities of the same kept tokens under
+    mu and pi (last dim K; build the set with :func:`kept_token_set`). Returns one value per
+    token position (the last dim reduced). K = 1 with the sampled token gives the binary
+    divergence; K = V gives the exact one.
+    """
+    if mu_logprobs.shape != pi_logprobs.shape:
+        raise ValueError(f"mu and pi log-probs differ in shape: {tuple(mu_logprobs.shape)} vs {tuple(pi_logprobs.shape)}")
+    mu_lp, pi_lp = _logp(mu_logprobs), _logp(pi_logprobs)
+    mu_p, pi_p = mu_lp.exp(), pi_lp.exp()
+    (mu_rest, mu_rest_lp), (pi_rest, pi_rest_lp) = _rest(mu_lp), _rest(pi_lp)
+    if kind == "tv":
+        return 0.5 * ((mu_p - pi_p).abs().sum(-1) + (mu_rest - pi_rest).abs())
+    if kind == "kl":
+        kept = _kl_terms(mu_p, mu_lp, pi_lp).sum(-1)
+        return (kept + _kl_terms(mu_rest, mu_rest_lp, pi_rest_lp)).clamp(min=0.0)
+    raise ValueError(f"unknown divergence kind {kind!r}; expected 'tv' or 'kl'")
+
+
+def exact_divergence(mu_logprobs: torch.Tensor, pi_logprobs: torch.Tensor, kind: Kind) -> torch.Tensor:
+    """TV or KL(mu || pi) over the full vocabulary (last dim V), for reference and tests."""
+    mu_lp, pi_lp = _logp(mu_logprobs), _logp(pi_logprobs)
+    mu_p, pi_p = mu_lp.exp(), pi_lp.exp()
+    if kind == "tv":
+        return 0.5 * (mu_p - pi_p).abs().sum(-1)
+    if kind == "kl":
+        return _kl_terms(mu_p, mu_lp, pi_lp).sum(-1).clamp(min=0.0)
+    raise ValueError(f"unknown divergence kind {kind!r}; expected 'tv' or 'kl'")
+
+
+def kept_token_set(
+    topk_ids: torch.Tensor, topk_logprobs: torch.Tensor, sampled_ids: torch.Tensor, sampled_logprobs: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The paper's code's kept set: mu's top-K (sorted by rank), sampled token forced in.
+
+    When the sampled token is not among the K most likely tokens of mu, it replaces the K-th
+    (least likely) entry, so the set keeps size K: top-(K-1) of mu plus the sampled token
+    (Stable-RL's vLLM/SGLang servers do exactly this). The paper writes A' = TopK(mu) U {a},
+    of size K+1 in that case; both are coarse-grainings that contain the sampled token, so the
+    lower-bound property holds either way.
+
+    Shapes: ``topk_*`` (..., K) sorted by descending mu; ``sampled_*`` (...).
+    """
+    hit = (topk_ids == sampled_ids.unsqueeze(-1)).any(-1, keepdim=True)
+    last = torch.zeros_like(topk_ids, dtype=torch.bool)
+    last[..., -1] = True
+    replace = last & ~hit
+    ids = torch.where(replace, sampled_ids.unsqueeze(-1).to(topk_ids.dtype), topk_ids)
+    logprobs = torch.where(replace, sampled_logprobs.unsqueeze(-1).to(topk_logprobs.dtype), topk_logprobs)
+    return ids, logprobs
+
+
+def topk_of_logits(
+    logits: torch.Tensor, k: int, sampled_ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """mu's kept set from full logits (local rollout engine): ids and log-probs, (..., K)."""
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    top_lp, top_ids = logprobs.topk(k, dim=-1)
+    sampled_lp = logprobs.gather(-1, sampled_ids.unsqueeze(-1)).squeeze(-1)
+    return kept_token_set(top_ids, top_lp, sampled_ids, sampled_lp)

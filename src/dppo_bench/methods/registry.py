@@ -1,0 +1,99 @@
+"""Registry of mask rules: a method of the paper is a mask on the shared surrogate.
+
+A rule decides, per token, whether the update is dropped (True = masked). It reads the
+current policy pi, the trust-region anchor (mu from the rollout engine, or pi_old recomputed
+by the trainer), the advantage, and for Top-K rules the per-token top-K divergence.
+Thresholds arrive as ``low`` (the negative-advantage side) and ``high`` (the positive side).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Literal
+
+import torch
+
+Anchor = Literal["rollout", "recompute"]
+ThresholdKind = Literal["delta", "eps", "none"]
+
+# Which recipe hyperparameters each threshold kind reads, in (low, high) order.
+THRESHOLD_PARAMS: dict[ThresholdKind, tuple[str, ...]] = {
+    "delta": ("delta",),
+    "eps": ("eps_low", "eps_high"),
+    "none": (),
+}
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """What a mask rule may read, one entry per token; detached float32 tensors."""
+
+    log_pi: torch.Tensor
+    log_anchor: torch.Tensor
+    advantages: torch.Tensor
+    topk_divergence: torch.Tensor | None = None
+
+    @cached_property
+    def pi(self) -> torch.Tensor:
+        return self.log_pi.exp()
+
+    @cached_property
+    def anchor(self) -> torch.Tensor:
+        return self.log_anchor.exp()
+
+
+MaskFn = Callable[[Tokens, float, float], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class MaskRule:
+    name: str
+    fn: MaskFn
+    anchors: tuple[Anchor, ...]  # anchors the rule is defined for
+    thresholds: ThresholdKind
+    needs_topk: bool = False
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        return THRESHOLD_PARAMS[self.thresholds]
+
+    def low_high(self, hp: dict[str, float]) -> tuple[float, float]:
+        """(low, high) thresholds from a recipe's hyperparameters."""
+        if self.thresholds == "delta":
+            return hp["delta"], hp["delta"]
+        if self.thresholds == "eps":
+            return hp["eps_low"], hp["eps_high"]
+        return 0.0, 0.0
+
+    def __call__(self, tokens: Tokens, low: float, high: float) -> torch.Tensor:
+        return self.fn(tokens, low, high)
+
+
+_RULES: dict[str, MaskRule] = {}
+
+
+def register_mask(
+    name: str, *, anchors: tuple[Anchor, ...], thresholds: ThresholdKind, needs_topk: bool = False
+) -> Callable[[MaskFn], MaskFn]:
+    """Register ``fn`` as mask rule ``name``; stack the decorator to give a rule several names."""
+
+    def deco(fn: MaskFn) -> MaskFn:
+        if name in _RULES:
+            raise ValueError(f"mask rule {name!r} is already registered (by {_RULES[name].fn.__qualname__})")
+        _RULES[name] = MaskRule(name, fn, anchors, thresholds, needs_topk)
+        return fn
+
+    return deco
+
+
+def get_mask(name: str) -> MaskRule:
+    try:
+        return _RULES[name]
+    except KeyError:
+        raise KeyError(f"unknown mask rule {name!r}; registered: {', '.join(sorted(_RULES))}") from None
+
+
+def mask_names() -> list[str]:
+    return sorted(_RULES)

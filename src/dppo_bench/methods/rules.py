@@ -1,0 +1,68 @@
+"""The mask rules of the paper (Sec. 3-5, App. C and E; Stable-RL's per-mode masks).
+
+Each returns True where the token's update is dropped. Zero-advantage tokens are never
+masked: their gradient is zero, and counting them would blur the masked fractions.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dppo_bench import divergence
+from dppo_bench.methods.registry import Tokens, register_mask
+
+
+def _moving_away(t: Tokens, div: torch.Tensor, low: float, high: float) -> torch.Tensor:
+    """DPPO's trust region (Eq. 12): block only updates that push pi further from the anchor.
+
+    A > 0 and pi above the anchor with divergence > high, or A < 0 and pi below it with
+    divergence > low. Updates that pull pi back toward the anchor always pass.
+    """
+    up = (t.advantages > 0) & (t.pi > t.anchor) & (div > high)
+    down = (t.advantages < 0) & (t.pi < t.anchor) & (div > low)
+    return up | down
+
+
+@register_mask("dppo_binary_tv", anchors=("rollout",), thresholds="delta")
+@register_mask("dppo_binary_tv_recompute", anchors=("recompute",), thresholds="delta")
+def binary_tv(t: Tokens, low: float, high: float) -> torch.Tensor:
+    return _moving_away(t, (t.pi - t.anchor).abs(), low, high)
+
+
+@register_mask("dppo_binary_kl", anchors=("rollout",), thresholds="delta")
+@register_mask("dppo_binary_kl_recompute", anchors=("recompute",), thresholds="delta")
+def binary_kl(t: Tokens, low: float, high: float) -> torch.Tensor:
+    return _moving_away(t, divergence.binary_kl(t.log_anchor, t.log_pi), low, high)
+
+
+@register_mask("dppo_topk_tv", anchors=("rollout",), thresholds="delta", needs_topk=True)
+@register_mask("dppo_topk_kl", anchors=("rollout",), thresholds="delta", needs_topk=True)
+def topk(t: Tokens, low: float, high: float) -> torch.Tensor:
+    """The top-K divergence (TV or KL, chosen where it is computed) with the binary rule."""
+    if t.topk_divergence is None:
+        raise ValueError("a Top-K mask needs the per-token top-K divergence of mu and pi; none was given")
+    return _moving_away(t, t.topk_divergence, low, high)
+
+
+@register_mask("pg_is", anchors=("rollout",), thresholds="none")
+@register_mask("pg_tis", anchors=("rollout",), thresholds="none")
+def no_mask(t: Tokens, low: float, high: float) -> torch.Tensor:
+    """PG-IS and PG-TIS (CISPO): no trust region; they differ only in the cap C."""
+    return torch.zeros_like(t.advantages, dtype=torch.bool)
+
+
+@register_mask("grpo_clip_higher", anchors=("rollout",), thresholds="eps")
+@register_mask("minirl", anchors=("recompute",), thresholds="eps")
+@register_mask("minirl_tis", anchors=("recompute",), thresholds="eps")
+def ratio_clip(t: Tokens, low: float, high: float) -> torch.Tensor:
+    """PPO's clip as a mask on r = pi / anchor: GRPO on mu, MiniRL on the recomputed pi_old."""
+    log_ratio = t.log_pi - t.log_anchor
+    up = (t.advantages > 0) & (log_ratio > torch.log1p(torch.tensor(high)))
+    down = (t.advantages < 0) & (log_ratio < torch.log1p(torch.tensor(-low)))
+    return up | down
+
+
+@register_mask("mask_bad_updates", anchors=("rollout", "recompute"), thresholds="delta")
+def bad_updates(t: Tokens, low: float, high: float) -> torch.Tensor:
+    """The minimal mask of Fig. 5: A < 0 and the sampled token's probability fell by >= delta."""
+    return (t.advantages < 0) & (t.anchor - t.pi >= low)

@@ -1,0 +1,196 @@
+"""Closed-form cases for every mask rule and the shared surrogate's gradient and statistics."""
+
+import math
+
+import pytest
+import torch
+
+from dppo_bench.config import load_methods
+from dppo_bench.divergence import binary_kl
+from dppo_bench.methods import STAT_NAMES, Tokens, get_mask, mask_names, surrogate_loss
+
+RECIPES = load_methods()
+
+
+def masked(name, mu, pi, adv, *, pi_old=None, profile="sanity", topk_divergence=None):
+    """Mask of method recipe ``name`` at its paper values, for tokens given as probabilities."""
+    recipe = RECIPES[name]
+    rule = get_mask(recipe.mask)
+    low, high = rule.low_high(recipe.profile(profile).values())
+    anchor = pi_old if recipe.anchor == "recompute" else mu
+    t = Tokens(torch.tensor(pi).log(), torch.tensor(anchor).log(), torch.tensor(adv), topk_divergence)
+    return rule(t, low, high).tolist()
+
+
+# (mu, pi, A): the paper's two tokens (Sec. 4.2), updates pulling back, a bad update, A = 0.
+HIGH_PROB_DROP = (0.99, 0.80, -1.0)
+RARE_TOKEN_RISE = (1e-4, 1e-2, 1.0)
+PULL_BACK_NEG = (0.5, 0.9, -1.0)
+PULL_BACK_POS = (0.9, 0.5, 1.0)
+BAD_UPDATE = (0.9, 0.3, -1.0)
+BIG_RISE = (0.5, 0.7, 1.0)
+SMALL_RISE = (0.5, 0.6, 1.0)
+ZERO_ADV = (0.9, 0.1, 0.0)
+CASES = [HIGH_PROB_DROP, RARE_TOKEN_RISE, PULL_BACK_NEG, PULL_BACK_POS, BAD_UPDATE, BIG_RISE, SMALL_RISE, ZERO_ADV]
+
+EXPECTED = {  # masked? per case, at the sanity-test values of each recipe
+    "dppo_binary_tv": [True, False, False, False, True, True, False, False],  # |pi - mu| > 0.15, moving away
+    "dppo_binary_kl": [True, False, False, False, True, True, False, False],  # KL_bin > 0.05, moving away
+    "grpo_clip_higher": [False, True, False, False, True, True, False, False],  # r outside [0.8, 1.28]
+    "pg_is": [False] * 8,
+    "pg_tis": [False] * 8,
+    "mask_bad_updates": [False, False, False, False, True, False, False, False],  # A < 0, mu - pi >= 0.5
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_closed_form_masks_with_rollout_anchor(name):
+    mu, pi, adv = (list(c) for c in zip(*CASES))
+    assert masked(name, mu, pi, adv) == EXPECTED[name]
+
+
+def test_the_paper_tokens_by_hand():
+    # mu 0.99 -> pi 0.80: TV 0.19 > 0.15; KL_bin = 0.99 ln(0.99/0.8) + 0.01 ln(0.01/0.2) = 0.181 > 0.05
+    kl = 0.99 * math.log(0.99 / 0.8) + 0.01 * math.log(0.01 / 0.2)
+    assert binary_kl(torch.tensor(0.99).log(), torch.tensor(0.8).log()).item() == pytest.approx(kl, rel=1e-4)
+    assert kl > 0.05 and 0.8 / 0.99 > 1 - 0.2  # DPPO masks it, GRPO's clip lets it through
+    # mu 1e-4 -> pi 1e-2: ratio 100 > 1.28 (GRPO clips) but TV 0.0099 and KL 0.0096 pass DPPO
+    kl_rare = 1e-4 * math.log(1e-4 / 1e-2) + (1 - 1e-4) * math.log((1 - 1e-4) / (1 - 1e-2))
+    assert kl_rare < 0.05
+
+
+def test_recompute_anchor_masks_on_pi_old_not_mu():
+    # mu 0.5, pi_old 0.9, pi 0.7, A < 0: on mu the ratio is 1.4 (kept); on pi_old it is 0.78 (< 0.8)
+    assert masked("grpo_clip_higher", [0.5], [0.7], [-1.0]) == [False]
+    assert masked("minirl", [0.5], [0.7], [-1.0], pi_old=[0.9]) == [True]
+    assert masked("minirl_tis", [0.5], [0.7], [-1.0], pi_old=[0.9]) == [True]
+    # TV on pi_old: |0.7 - 0.9| = 0.2 > 0.15 and moving down; on mu it moves up (A < 0: kept)
+    assert masked("dppo_binary_tv", [0.5], [0.7], [-1.0]) == [False]
+    assert masked("dppo_binary_tv_recompute", [0.5], [0.7], [-1.0], pi_old=[0.9]) == [True]
+    assert masked("dppo_binary_kl_recompute", [0.5], [0.7], [-1.0], pi_old=[0.9]) == [True]
+    assert masked("mask_bad_updates_recompute", [0.5], [0.3], [-1.0], pi_old=[0.9]) == [True]
+    assert masked("mask_bad_updates", [0.5], [0.3], [-1.0]) == [False]
+
+
+def test_scaling_profile_values():
+    # scaling: TV 0.2, GRPO eps_high 0.27
+    assert masked("dppo_binary_tv", [0.5], [0.68], [1.0], profile="scaling") == [False]
+    assert masked("dppo_binary_tv", [0.5], [0.71], [1.0], profile="scaling") == [True]
+    assert masked("grpo_clip_higher", [0.5], [0.5 * 1.275], [1.0], profile="scaling") == [True]
+    assert masked("grpo_clip_higher", [0.5], [0.5 * 1.275], [1.0], profile="sanity") == [False]
+
+
+def test_topk_masks_read_the_given_divergence():
+    div = torch.tensor([0.3, 0.3, 0.01, 0.3])
+    mu, pi, adv = [0.5, 0.5, 0.5, 0.5], [0.6, 0.4, 0.9, 0.6], [1.0, -1.0, 1.0, -1.0]
+    assert masked("dppo_topk_tv", mu, pi, adv, topk_divergence=div) == [True, True, False, False]
+    with pytest.raises(ValueError, match="top-K divergence"):
+        masked("dppo_topk_kl", mu, pi, adv)
+
+
+def random_batch(gen, B=6, T=9, spread=0.4):
+    log_mu = torch.log_softmax(torch.randn(B, T, 5, generator=gen), -1)[..., 0]
+    log_pi = (log_mu + spread * torch.randn(B, T, generator=gen)).clamp(max=-1e-4)
+    log_old = (log_mu + 0.1 * torch.randn(B, T, generator=gen)).clamp(max=-1e-4)
+    adv = torch.randn(B, 1, generator=gen).expand(B, T).clone()
+    adv[0] = 0.0
+    mask = torch.ones(B, T, dtype=torch.bool)
+    mask[1, 5:] = False
+    mask[3, 2:] = False
+    return log_mu, log_pi, log_old, adv, mask
+
+
+@pytest.mark.parametrize("name", sorted(n for n in RECIPES if not get_mask(RECIPES[n].mask).needs_topk))
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"])
+def test_gradient_is_minus_A_times_capped_ratio_times_mask(gen, name, agg):
+    recipe = RECIPES[name]
+    rule = get_mask(recipe.mask)
+    hp = recipe.profile("sanity")
+    low, high = rule.low_high(hp.values())
+    log_mu, log_pi, log_old, adv, mask = random_batch(gen)
+    anchor = log_old if recipe.anchor == "recompute" else log_mu
+    log_prob = log_pi.clone().requires_grad_()
+    mu_req = log_mu.clone().requires_grad_()
+    loss, stats = surrogate_loss(
+        rule, log_prob=log_prob, mu_log_prob=mu_req, anchor_log_prob=anchor, advantages=adv,
+        response_mask=mask, low=low, high=high, is_cap=hp.is_cap, loss_agg_mode=agg,
+    )
+    loss.backward()
+    assert mu_req.grad is None, "no gradient may flow through mu"
+    M = ~rule(Tokens(log_pi, anchor, adv), low, high)
+    weight = (log_pi - log_mu).exp()
+    if hp.is_cap is not None:
+        weight = weight.clamp(max=hp.is_cap)
+    per_token = -adv * weight * M * mask
+    if agg == "token-mean":
+        expected = per_token / mask.sum()
+    elif agg == "seq-mean-token-sum":
+        expected = per_token / (mask.sum(-1) > 0).sum()
+    else:
+        expected = per_token / mask.sum(-1, keepdim=True).clamp(min=1) / (mask.sum(-1) > 0).sum()
+    torch.testing.assert_close(log_prob.grad, expected.float(), rtol=1e-5, atol=1e-7)
+    assert (log_prob.grad[~M & mask] == 0).all()
+    assert set(stats) == set(STAT_NAMES)
+
+
+def test_cap_truncates_the_weight():
+    rule = get_mask("pg_tis")
+    log_mu = torch.tensor([[math.log(0.01), math.log(0.5)]])
+    log_pi = torch.tensor([[math.log(0.2), math.log(0.5)]])  # ratios 20 and 1
+    lp = log_pi.clone().requires_grad_()
+    loss, stats = surrogate_loss(
+        rule, log_prob=lp, mu_log_prob=log_mu, anchor_log_prob=log_mu, advantages=torch.ones(1, 2),
+        response_mask=torch.ones(1, 2, dtype=torch.bool), low=0.0, high=0.0, is_cap=3.0,
+    )
+    loss.backward()
+    torch.testing.assert_close(lp.grad, torch.tensor([[-3.0 / 2, -1.0 / 2]]))
+    assert stats["is_capped_frac"] == 0.5
+    assert stats["is_ratio_max"] == pytest.approx(20.0, rel=1e-5)
+
+
+def test_statistics_closed_form():
+    # tokens: (mu, pi, A); the last one is padding and must not count
+    mu = torch.tensor([[0.99, 1e-4, 0.9, 0.5, 0.7]])
+    pi = torch.tensor([[0.80, 1e-2, 0.3, 0.6, 0.1]])
+    adv = torch.tensor([[-1.0, 1.0, -1.0, 1.0, -1.0]])
+    mask = torch.tensor([[True, True, True, True, False]])
+    _, stats = surrogate_loss(
+        get_mask("dppo_binary_tv"), log_prob=pi.log(), mu_log_prob=mu.log(), anchor_log_prob=mu.log(),
+        advantages=adv, response_mask=mask, low=0.15, high=0.15, is_cap=None,
+    )
+    diff = [0.80 - 0.99, 1e-2 - 1e-4, 0.3 - 0.9, 0.6 - 0.5]
+    expected = {
+        "mask_frac": 2 / 4,  # tokens 0 and 2
+        "mask_frac_pos": 0 / 2,
+        "mask_frac_neg": 2 / 2,
+        "pi_mu_abs_diff_mean": sum(abs(d) for d in diff) / 4,
+        "pi_mu_abs_diff_max": 0.6,
+        "pi_mu_diff_min": -0.6,
+        "pi_mu_diff_max": 0.1,
+        "bad_update_frac": 1 / 4,  # token 2: A < 0 and mu - pi = 0.6 >= 0.5
+        "is_ratio_mean": (0.8 / 0.99 + 100 + 1 / 3 + 1.2) / 4,
+        "is_ratio_max": 100.0,
+        "is_capped_frac": 0.0,
+    }
+    assert stats == pytest.approx(expected, rel=1e-4)
+
+
+def test_empty_response_mask_gives_finite_stats():
+    lp = torch.zeros(2, 3).log_softmax(-1).requires_grad_()
+    loss, stats = surrogate_loss(
+        get_mask("dppo_binary_kl"), log_prob=lp, mu_log_prob=lp.detach(), anchor_log_prob=lp.detach(),
+        advantages=torch.ones(2, 3), response_mask=torch.zeros(2, 3, dtype=torch.bool),
+        low=0.05, high=0.05, is_cap=None, loss_agg_mode="seq-mean-token-sum",
+    )
+    assert all(math.isfinite(v) for v in stats.values())
+
+
+def test_every_paper_method_has_a_recipe_and_a_rule():
+    paper = {
+        "dppo_binary_tv", "dppo_binary_kl", "dppo_topk_tv", "dppo_topk_kl", "pg_is", "pg_tis",
+        "grpo_clip_higher", "minirl", "minirl_tis", "dppo_binary_tv_recompute", "dppo_binary_kl_recompute",
+        "mask_bad_updates",
+    }
+    assert paper <= set(RECIPES)
+    assert paper <= set(mask_names())
+    assert all(RECIPES[n].mask == n for n in paper)
