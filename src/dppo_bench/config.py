@@ -81,9 +81,8 @@ class MethodRecipe(Strict):
         try:
             return self.hyperparameters[name]
         except KeyError:
-            raise KeyError(
-                f"method {self.id!r} has no hyperparameter profile {name!r}; it has {sorted(self.hyperparameters)}"
-            ) from None
+            have = sorted(self.hyperparameters)
+            raise KeyError(f"method {self.id!r} has no hyperparameter profile {name!r}; it has {have}") from None
 
     def sha256(self) -> str:
         return canonical_sha256(self.model_dump(mode="json"))

@@ -53,9 +53,25 @@ def binary_tv(mu_logprob: torch.Tensor, pi_logprob: torch.Tensor) -> torch.Tenso
     return (_logp(mu_logprob).exp() - _logp(pi_logprob).exp()).abs()
 
 
-def binary_kl(mu_logprob: torch.Tensor, pi_logprob: torch.Tensor) -> torch.Tensor:
-    """KL(Bernoulli(mu(a)) || Bernoulli(pi(a))) of the sampled token a."""
-    return topk_divergence(mu_logprob.unsqueeze(-1), pi_logprob.unsqueeze(-1), "kl")
+def binary_kl(
+    mu_logprob: torch.Tensor,
+    pi_logprob: torch.Tensor,
+    *,
+    p: torch.Tensor | None = None,
+    q: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """KL(Bernoulli(mu(a)) || Bernoulli(pi(a))) of the sampled token a.
+
+    ``p`` and ``q`` may pass exp() of the two log-probs when the caller already has them. The
+    "other" side uses 1 - p directly (as verl's ``dppo_kl``): it is exact to float32 rounding,
+    and the loss path cannot afford two more transcendental passes per token.
+    """
+    mu_lp, pi_lp = _logp(mu_logprob), _logp(pi_logprob)
+    p = mu_lp.exp() if p is None else p.float()
+    q = pi_lp.exp() if q is None else q.float()
+    p_rest = 1.0 - p
+    log_ratio_rest = torch.log(p_rest.clamp(min=MASS_FLOOR)) - torch.log((1.0 - q).clamp(min=MASS_FLOOR))
+    return (p * (mu_lp - pi_lp) + p_rest * log_ratio_rest).clamp(min=0.0)
 
 
 def topk_divergence(mu_logprobs: torch.Tensor, pi_logprobs: torch.Tensor, kind: Kind) -> torch.Tensor:
@@ -67,7 +83,9 @@ def topk_divergence(mu_logprobs: torch.Tensor, pi_logprobs: torch.Tensor, kind: 
     divergence; K = V gives the exact one.
     """
     if mu_logprobs.shape != pi_logprobs.shape:
-        raise ValueError(f"mu and pi log-probs differ in shape: {tuple(mu_logprobs.shape)} vs {tuple(pi_logprobs.shape)}")
+        raise ValueError(
+            f"mu and pi log-probs differ in shape: {tuple(mu_logprobs.shape)} vs {tuple(pi_logprobs.shape)}"
+        )
     mu_lp, pi_lp = _logp(mu_logprobs), _logp(pi_logprobs)
     mu_p, pi_p = mu_lp.exp(), pi_lp.exp()
     (mu_rest, mu_rest_lp), (pi_rest, pi_rest_lp) = _rest(mu_lp), _rest(pi_lp)
@@ -91,7 +109,10 @@ def exact_divergence(mu_logprobs: torch.Tensor, pi_logprobs: torch.Tensor, kind:
 
 
 def kept_token_set(
-    topk_ids: torch.Tensor, topk_logprobs: torch.Tensor, sampled_ids: torch.Tensor, sampled_logprobs: torch.Tensor
+    topk_ids: torch.Tensor,
+    topk_logprobs: torch.Tensor,
+    sampled_ids: torch.Tensor,
+    sampled_logprobs: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The paper's code's kept set: mu's top-K (sorted by rank), sampled token forced in.
 
@@ -112,9 +133,7 @@ def kept_token_set(
     return ids, logprobs
 
 
-def topk_of_logits(
-    logits: torch.Tensor, k: int, sampled_ids: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
+def topk_of_logits(logits: torch.Tensor, k: int, sampled_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """mu's kept set from full logits (local rollout engine): ids and log-probs, (..., K)."""
     logprobs = torch.log_softmax(logits.float(), dim=-1)
     top_lp, top_ids = logprobs.topk(k, dim=-1)

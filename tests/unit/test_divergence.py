@@ -14,7 +14,10 @@ def test_binary_closed_form():
     mu, pi = torch.tensor([0.99, 1e-4]), torch.tensor([0.80, 1e-2])
     tv = D.binary_tv(mu.log(), pi.log())
     torch.testing.assert_close(tv, torch.tensor([0.19, 0.0099]))
-    expected_kl = [m * math.log(m / p) + (1 - m) * math.log((1 - m) / (1 - p)) for m, p in zip(mu.tolist(), pi.tolist())]
+    expected_kl = [
+        m * math.log(m / p) + (1 - m) * math.log((1 - m) / (1 - p))
+        for m, p in zip(mu.tolist(), pi.tolist(), strict=True)
+    ]
     torch.testing.assert_close(D.binary_kl(mu.log(), pi.log()), torch.tensor(expected_kl), rtol=1e-4, atol=1e-6)
 
 

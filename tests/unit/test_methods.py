@@ -31,7 +31,16 @@ BAD_UPDATE = (0.9, 0.3, -1.0)
 BIG_RISE = (0.5, 0.7, 1.0)
 SMALL_RISE = (0.5, 0.6, 1.0)
 ZERO_ADV = (0.9, 0.1, 0.0)
-CASES = [HIGH_PROB_DROP, RARE_TOKEN_RISE, PULL_BACK_NEG, PULL_BACK_POS, BAD_UPDATE, BIG_RISE, SMALL_RISE, ZERO_ADV]
+CASES = [
+    HIGH_PROB_DROP,
+    RARE_TOKEN_RISE,
+    PULL_BACK_NEG,
+    PULL_BACK_POS,
+    BAD_UPDATE,
+    BIG_RISE,
+    SMALL_RISE,
+    ZERO_ADV,
+]
 
 EXPECTED = {  # masked? per case, at the sanity-test values of each recipe
     "dppo_binary_tv": [True, False, False, False, True, True, False, False],  # |pi - mu| > 0.15, moving away
@@ -45,7 +54,7 @@ EXPECTED = {  # masked? per case, at the sanity-test values of each recipe
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_closed_form_masks_with_rollout_anchor(name):
-    mu, pi, adv = (list(c) for c in zip(*CASES))
+    mu, pi, adv = (list(c) for c in zip(*CASES, strict=True))
     assert masked(name, mu, pi, adv) == EXPECTED[name]
 
 
@@ -112,8 +121,16 @@ def test_gradient_is_minus_A_times_capped_ratio_times_mask(gen, name, agg):
     log_prob = log_pi.clone().requires_grad_()
     mu_req = log_mu.clone().requires_grad_()
     loss, stats = surrogate_loss(
-        rule, log_prob=log_prob, mu_log_prob=mu_req, anchor_log_prob=anchor, advantages=adv,
-        response_mask=mask, low=low, high=high, is_cap=hp.is_cap, loss_agg_mode=agg,
+        rule,
+        log_prob=log_prob,
+        mu_log_prob=mu_req,
+        anchor_log_prob=anchor,
+        advantages=adv,
+        response_mask=mask,
+        low=low,
+        high=high,
+        is_cap=hp.is_cap,
+        loss_agg_mode=agg,
     )
     loss.backward()
     assert mu_req.grad is None, "no gradient may flow through mu"
@@ -139,8 +156,15 @@ def test_cap_truncates_the_weight():
     log_pi = torch.tensor([[math.log(0.2), math.log(0.5)]])  # ratios 20 and 1
     lp = log_pi.clone().requires_grad_()
     loss, stats = surrogate_loss(
-        rule, log_prob=lp, mu_log_prob=log_mu, anchor_log_prob=log_mu, advantages=torch.ones(1, 2),
-        response_mask=torch.ones(1, 2, dtype=torch.bool), low=0.0, high=0.0, is_cap=3.0,
+        rule,
+        log_prob=lp,
+        mu_log_prob=log_mu,
+        anchor_log_prob=log_mu,
+        advantages=torch.ones(1, 2),
+        response_mask=torch.ones(1, 2, dtype=torch.bool),
+        low=0.0,
+        high=0.0,
+        is_cap=3.0,
     )
     loss.backward()
     torch.testing.assert_close(lp.grad, torch.tensor([[-3.0 / 2, -1.0 / 2]]))
@@ -155,8 +179,15 @@ def test_statistics_closed_form():
     adv = torch.tensor([[-1.0, 1.0, -1.0, 1.0, -1.0]])
     mask = torch.tensor([[True, True, True, True, False]])
     _, stats = surrogate_loss(
-        get_mask("dppo_binary_tv"), log_prob=pi.log(), mu_log_prob=mu.log(), anchor_log_prob=mu.log(),
-        advantages=adv, response_mask=mask, low=0.15, high=0.15, is_cap=None,
+        get_mask("dppo_binary_tv"),
+        log_prob=pi.log(),
+        mu_log_prob=mu.log(),
+        anchor_log_prob=mu.log(),
+        advantages=adv,
+        response_mask=mask,
+        low=0.15,
+        high=0.15,
+        is_cap=None,
     )
     diff = [0.80 - 0.99, 1e-2 - 1e-4, 0.3 - 0.9, 0.6 - 0.5]
     expected = {
@@ -178,17 +209,33 @@ def test_statistics_closed_form():
 def test_empty_response_mask_gives_finite_stats():
     lp = torch.zeros(2, 3).log_softmax(-1).requires_grad_()
     loss, stats = surrogate_loss(
-        get_mask("dppo_binary_kl"), log_prob=lp, mu_log_prob=lp.detach(), anchor_log_prob=lp.detach(),
-        advantages=torch.ones(2, 3), response_mask=torch.zeros(2, 3, dtype=torch.bool),
-        low=0.05, high=0.05, is_cap=None, loss_agg_mode="seq-mean-token-sum",
+        get_mask("dppo_binary_kl"),
+        log_prob=lp,
+        mu_log_prob=lp.detach(),
+        anchor_log_prob=lp.detach(),
+        advantages=torch.ones(2, 3),
+        response_mask=torch.zeros(2, 3, dtype=torch.bool),
+        low=0.05,
+        high=0.05,
+        is_cap=None,
+        loss_agg_mode="seq-mean-token-sum",
     )
     assert all(math.isfinite(v) for v in stats.values())
 
 
 def test_every_paper_method_has_a_recipe_and_a_rule():
     paper = {
-        "dppo_binary_tv", "dppo_binary_kl", "dppo_topk_tv", "dppo_topk_kl", "pg_is", "pg_tis",
-        "grpo_clip_higher", "minirl", "minirl_tis", "dppo_binary_tv_recompute", "dppo_binary_kl_recompute",
+        "dppo_binary_tv",
+        "dppo_binary_kl",
+        "dppo_topk_tv",
+        "dppo_topk_kl",
+        "pg_is",
+        "pg_tis",
+        "grpo_clip_higher",
+        "minirl",
+        "minirl_tis",
+        "dppo_binary_tv_recompute",
+        "dppo_binary_kl_recompute",
         "mask_bad_updates",
     }
     assert paper <= set(RECIPES)

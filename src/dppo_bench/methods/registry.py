@@ -28,7 +28,10 @@ THRESHOLD_PARAMS: dict[ThresholdKind, tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class Tokens:
-    """What a mask rule may read, one entry per token; detached float32 tensors."""
+    """What a mask rule may read, one entry per token; detached float32 tensors.
+
+    Derived quantities are cached, so rules and the step statistics share one computation.
+    """
 
     log_pi: torch.Tensor
     log_anchor: torch.Tensor
@@ -42,6 +45,16 @@ class Tokens:
     @cached_property
     def anchor(self) -> torch.Tensor:
         return self.log_anchor.exp()
+
+    @cached_property
+    def up(self) -> torch.Tensor:
+        """A > 0: the update raises the token's probability."""
+        return self.advantages > 0
+
+    @cached_property
+    def down(self) -> torch.Tensor:
+        """A < 0: the update lowers it."""
+        return self.advantages < 0
 
 
 MaskFn = Callable[[Tokens, float, float], torch.Tensor]

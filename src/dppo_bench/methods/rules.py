@@ -6,6 +6,8 @@ masked: their gradient is zero, and counting them would blur the masked fraction
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from dppo_bench import divergence
@@ -18,21 +20,24 @@ def _moving_away(t: Tokens, div: torch.Tensor, low: float, high: float) -> torch
     A > 0 and pi above the anchor with divergence > high, or A < 0 and pi below it with
     divergence > low. Updates that pull pi back toward the anchor always pass.
     """
-    up = (t.advantages > 0) & (t.pi > t.anchor) & (div > high)
-    down = (t.advantages < 0) & (t.pi < t.anchor) & (div > low)
-    return up | down
+    rise = t.pi > t.anchor
+    over_high = div > high
+    over_low = over_high if low == high else div > low
+    return (t.up & rise & over_high) | (t.down & ~rise & over_low)
 
 
 @register_mask("dppo_binary_tv", anchors=("rollout",), thresholds="delta")
 @register_mask("dppo_binary_tv_recompute", anchors=("recompute",), thresholds="delta")
 def binary_tv(t: Tokens, low: float, high: float) -> torch.Tensor:
-    return _moving_away(t, (t.pi - t.anchor).abs(), low, high)
+    diff = t.pi - t.anchor  # |diff| > delta on the side the advantage pushes
+    return (t.up & (diff > high)) | (t.down & (diff < -low))
 
 
 @register_mask("dppo_binary_kl", anchors=("rollout",), thresholds="delta")
 @register_mask("dppo_binary_kl_recompute", anchors=("recompute",), thresholds="delta")
 def binary_kl(t: Tokens, low: float, high: float) -> torch.Tensor:
-    return _moving_away(t, divergence.binary_kl(t.log_anchor, t.log_pi), low, high)
+    kl = divergence.binary_kl(t.log_anchor, t.log_pi, p=t.anchor, q=t.pi)
+    return _moving_away(t, kl, low, high)
 
 
 @register_mask("dppo_topk_tv", anchors=("rollout",), thresholds="delta", needs_topk=True)
@@ -48,7 +53,7 @@ def topk(t: Tokens, low: float, high: float) -> torch.Tensor:
 @register_mask("pg_tis", anchors=("rollout",), thresholds="none")
 def no_mask(t: Tokens, low: float, high: float) -> torch.Tensor:
     """PG-IS and PG-TIS (CISPO): no trust region; they differ only in the cap C."""
-    return torch.zeros_like(t.advantages, dtype=torch.bool)
+    return torch.zeros_like(t.up)
 
 
 @register_mask("grpo_clip_higher", anchors=("rollout",), thresholds="eps")
@@ -57,12 +62,12 @@ def no_mask(t: Tokens, low: float, high: float) -> torch.Tensor:
 def ratio_clip(t: Tokens, low: float, high: float) -> torch.Tensor:
     """PPO's clip as a mask on r = pi / anchor: GRPO on mu, MiniRL on the recomputed pi_old."""
     log_ratio = t.log_pi - t.log_anchor
-    up = (t.advantages > 0) & (log_ratio > torch.log1p(torch.tensor(high)))
-    down = (t.advantages < 0) & (log_ratio < torch.log1p(torch.tensor(-low)))
+    up = t.up & (log_ratio > math.log1p(high))
+    down = t.down & (log_ratio < (math.log1p(-low) if low < 1 else -math.inf))
     return up | down
 
 
 @register_mask("mask_bad_updates", anchors=("rollout", "recompute"), thresholds="delta")
 def bad_updates(t: Tokens, low: float, high: float) -> torch.Tensor:
     """The minimal mask of Fig. 5: A < 0 and the sampled token's probability fell by >= delta."""
-    return (t.advantages < 0) & (t.anchor - t.pi >= low)
+    return t.down & (t.anchor - t.pi >= low)

@@ -36,7 +36,10 @@ def _thresholds(config: Any) -> tuple[float, float]:
 
 
 def _anchors(
-    rule: MaskRule, old_log_prob: torch.Tensor, rollout_is_weights: torch.Tensor | None, response_mask: torch.Tensor
+    rule: MaskRule,
+    old_log_prob: torch.Tensor,
+    rollout_is_weights: torch.Tensor | None,
+    response_mask: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(log mu, log anchor) from what verl passed, checking the mode matches the rule."""
     if rollout_is_weights is None:

@@ -1,0 +1,148 @@
+"""Method recipes: paper values, validation errors, and their translation to verl overrides."""
+
+import pytest
+
+from dppo_bench.config import ConfigError, load_method, load_methods
+from dppo_bench.verl_plugin.compose import compose_ppo_config, to_dataclasses
+from dppo_bench.verl_plugin.overrides import method_overrides
+
+RECIPES = load_methods()
+
+# The paper's values: App. C.1 (sanity test), App. E and Table 1 (scaling runs).
+PAPER_VALUES = {
+    ("dppo_binary_tv", "sanity"): {"delta": 0.15, "is_cap": None},
+    ("dppo_binary_kl", "sanity"): {"delta": 0.05, "is_cap": None},
+    ("pg_is", "sanity"): {"is_cap": None},
+    ("pg_tis", "sanity"): {"is_cap": 3},
+    ("grpo_clip_higher", "sanity"): {"eps_low": 0.2, "eps_high": 0.28, "is_cap": None},
+    ("minirl", "sanity"): {"eps_low": 0.2, "eps_high": 0.28, "is_cap": None},
+    ("minirl_tis", "sanity"): {"eps_low": 0.2, "eps_high": 0.28, "is_cap": 3},
+    ("dppo_binary_tv_recompute", "sanity"): {"delta": 0.15, "is_cap": None},
+    ("dppo_binary_kl_recompute", "sanity"): {"delta": 0.05, "is_cap": None},
+    ("mask_bad_updates", "sanity"): {"delta": 0.5, "is_cap": None},
+    ("dppo_binary_tv", "scaling"): {"delta": 0.2, "is_cap": 5},
+    ("dppo_binary_tv", "lora"): {"delta": 0.15, "is_cap": 5},
+    ("dppo_binary_kl", "scaling"): {"delta": 0.05, "is_cap": 5},
+    ("dppo_topk_tv", "scaling"): {"delta": 0.2, "is_cap": 5},
+    ("dppo_topk_kl", "scaling"): {"delta": 0.05, "is_cap": 5},
+    ("pg_tis", "scaling"): {"is_cap": 5},
+    ("grpo_clip_higher", "scaling"): {"eps_low": 0.2, "eps_high": 0.27, "is_cap": 5},
+}
+
+
+@pytest.mark.parametrize("key", sorted(PAPER_VALUES))
+def test_recipes_hold_the_paper_values(key):
+    name, profile = key
+    assert RECIPES[name].profile(profile).values() == PAPER_VALUES[key]
+
+
+def test_anchors_and_display_names():
+    recompute = {n for n, r in RECIPES.items() if r.anchor == "recompute"}
+    assert recompute == {
+        "minirl",
+        "minirl_tis",
+        "dppo_binary_tv_recompute",
+        "dppo_binary_kl_recompute",
+        "mask_bad_updates_recompute",
+    }
+    assert RECIPES["dppo_binary_tv"].display_name == "DPPO-Binary-TV"
+
+
+GOOD = """display_name: X
+paper: test
+mask: dppo_binary_tv
+anchor: rollout
+hyperparameters:
+  sanity: {delta: 0.15, is_cap: null}
+"""
+
+
+@pytest.mark.parametrize(
+    "text, field, message",
+    [
+        (GOOD.replace("paper: test\n", "paper: test\ncolour: red\n"), "colour", "unknown key"),
+        (GOOD.replace("delta: 0.15", "delta: -0.1"), "hyperparameters.sanity.delta", "greater than or equal"),
+        (GOOD.replace("delta: 0.15, ", ""), "hyperparameters.sanity.delta", "missing"),
+        (GOOD.replace(", is_cap: null", ""), "hyperparameters.sanity.is_cap", "Field required"),
+        (
+            GOOD.replace("delta: 0.15", "delta: 0.15, eps_low: 0.2"),
+            "hyperparameters.sanity.eps_low",
+            "not used",
+        ),
+        (GOOD.replace("display_name: X\n", ""), "display_name", "Field required"),
+        (GOOD.replace("mask: dppo_binary_tv", "mask: dppo_magic"), "mask", "unknown mask rule"),
+        (GOOD.replace("anchor: rollout", "anchor: recompute"), "anchor", "defined for anchor"),
+        (GOOD.replace("anchor: rollout", "anchor: somewhere"), "anchor", "rollout"),
+        (
+            GOOD.replace("is_cap: null", "is_cap: 0.5"),
+            "hyperparameters.sanity.is_cap",
+            "greater than or equal to 1",
+        ),
+        (GOOD.replace("delta: 0.15", "delta: lots"), "hyperparameters.sanity.delta", "valid number"),
+        (GOOD + "id: other\n", "id", "file name"),
+    ],
+)
+def test_bad_recipes_name_the_file_and_the_field(tmp_path, text, field, message):
+    path = tmp_path / "bad_method.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_method(path)
+    assert err.value.field == field
+    assert str(path) in str(err.value) and message in str(err.value)
+
+
+def test_unreadable_recipes(tmp_path):
+    with pytest.raises(ConfigError, match="file not found"):
+        load_method(tmp_path / "nope.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_method(tmp_path / "list.yaml")
+    (tmp_path / "broken.yaml").write_text("a: [1\n")
+    with pytest.raises(ConfigError, match="not valid yaml"):
+        load_method(tmp_path / "broken.yaml")
+
+
+def test_missing_profile_is_named():
+    with pytest.raises(KeyError, match="no hyperparameter profile 'scaling'"):
+        RECIPES["minirl"].profile("scaling")
+
+
+def test_overrides_bypass_for_rollout_anchor():
+    ov = method_overrides(RECIPES["dppo_binary_tv"], "scaling")
+    assert ov == [
+        "actor_rollout_ref.actor.policy_loss.loss_mode=dppo_binary_tv",
+        "actor_rollout_ref.actor.clip_ratio_low=0.2",
+        "actor_rollout_ref.actor.clip_ratio_high=0.2",
+        "actor_rollout_ref.actor.clip_ratio_c=5.0",
+        "actor_rollout_ref.rollout.calculate_log_probs=True",
+        "algorithm.rollout_correction.bypass_mode=True",
+        "algorithm.rollout_correction.rollout_is=null",
+        "algorithm.rollout_correction.rollout_rs=null",
+    ]
+
+
+def test_overrides_decoupled_for_recompute_anchor():
+    ov = method_overrides(RECIPES["minirl_tis"], "sanity")
+    assert "actor_rollout_ref.actor.policy_loss.loss_mode=minirl_tis" in ov
+    assert "actor_rollout_ref.actor.clip_ratio_low=0.2" in ov
+    assert "actor_rollout_ref.actor.clip_ratio_high=0.28" in ov
+    assert "actor_rollout_ref.actor.clip_ratio_c=3.0" in ov
+    assert "algorithm.rollout_correction.bypass_mode=False" in ov
+    assert "algorithm.rollout_correction.rollout_is=token" in ov
+    assert "algorithm.rollout_correction.rollout_is_threshold=1000000000000.0" in ov
+
+
+MINIMAL = ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2"]
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_every_recipe_composes_into_verls_config(name):
+    recipe = RECIPES[name]
+    for profile, hp in recipe.hyperparameters.items():
+        typed = to_dataclasses(compose_ppo_config(method_overrides(recipe, profile) + MINIMAL))
+        actor, rc = typed["actor"], typed["rollout_correction"]
+        assert actor.policy_loss.loss_mode == recipe.mask
+        assert actor.clip_ratio_c == (hp.is_cap or 1e4)
+        assert rc.bypass_mode is (recipe.anchor == "rollout")
+        assert rc.rollout_is == (None if recipe.anchor == "rollout" else "token")
+        assert typed["rollout"].calculate_log_probs is True

@@ -1,0 +1,309 @@
+"""Our loss modes inside verl 0.9.1: registration, parity with verl's own losses, ppo_loss."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from tensordict import TensorDict
+from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_weights
+from verl.utils import tensordict_utils as tu
+from verl.workers.config import ActorConfig
+from verl.workers.utils.losses import ppo_loss
+
+import dppo_bench.verl_plugin  # noqa: F401  (registers the modes in this process)
+from dppo_bench.config import load_methods
+from dppo_bench.methods import Tokens, get_mask, mask_names
+from dppo_bench.verl_plugin.overrides import UNBOUNDED_IS_THRESHOLD
+
+RECIPES = load_methods()
+NON_TOPK = sorted(n for n in mask_names() if not get_mask(n).needs_topk)
+
+
+def actor_config(low, high, cap, mode="vanilla"):
+    return OmegaConf.create(
+        {
+            "clip_ratio": 0.2,
+            "clip_ratio_low": low,
+            "clip_ratio_high": high,
+            "clip_ratio_c": cap,
+            "global_batch_info": {},
+            "policy_loss": {"loss_mode": mode},
+        }
+    )
+
+
+def batch(gen, B=8, T=16, spread=0.5):
+    log_mu = torch.log_softmax(torch.randn(B, T, 4, generator=gen), -1)[..., 0]
+    log_pi = (log_mu + spread * torch.randn(B, T, generator=gen)).clamp(max=-1e-4)
+    log_old = (log_mu + 0.2 * torch.randn(B, T, generator=gen)).clamp(max=-1e-4)
+    adv = torch.randn(B, 1, generator=gen).expand(B, T).clone()
+    mask = torch.ones(B, T, dtype=torch.bool)
+    mask[2, 9:] = False
+    return log_mu, log_pi, log_old, adv, mask
+
+
+def grad_of(fn, log_pi, **kw):
+    lp = log_pi.clone().requires_grad_()
+    loss, metrics = fn(log_prob=lp, **kw)
+    loss.backward()
+    return loss.detach(), lp.grad, metrics
+
+
+@pytest.mark.parametrize("ours, theirs", [("dppo_binary_tv", "dppo_tv"), ("dppo_binary_kl", "dppo_kl")])
+@pytest.mark.parametrize("cap", [1e4, 3.0])
+def test_parity_with_verls_dppo_in_bypass_mode(gen, ours, theirs, cap):
+    log_mu, log_pi, _, adv, mask = batch(gen)
+    cfg = actor_config(0.1, 0.1, cap)
+    kw = dict(old_log_prob=log_mu, advantages=adv, response_mask=mask, loss_agg_mode="token-mean", config=cfg)
+    l1, g1, m1 = grad_of(core_algos.get_policy_loss_fn(ours), log_pi, **kw)
+    l2, g2, m2 = grad_of(core_algos.get_policy_loss_fn(theirs), log_pi, **kw)
+    torch.testing.assert_close(l1, l2)
+    torch.testing.assert_close(g1, g2)
+    assert 0 < m1["actor/mask_frac"] < 1
+    # verl counts its clip fraction over all tokens, A = 0 included; we have no A = 0 tokens here
+    assert m1["actor/mask_frac"] == pytest.approx(m2["actor/pg_clipfrac"])
+
+
+def test_parity_with_verls_vanilla_for_grpo_clip_higher(gen):
+    log_mu, log_pi, _, adv, mask = batch(gen, spread=0.3)
+    cfg = actor_config(0.2, 0.28, 1e4)
+    kw = dict(old_log_prob=log_mu, advantages=adv, response_mask=mask, config=cfg)
+    _, g1, m1 = grad_of(core_algos.get_policy_loss_fn("grpo_clip_higher"), log_pi, **kw)
+    _, g2, m2 = grad_of(core_algos.get_policy_loss_fn("vanilla"), log_pi, **kw)
+    torch.testing.assert_close(g1, g2)  # same gradient: PPO's clip is a mask on the ratio
+    assert m1["actor/mask_frac"] == pytest.approx(m2["actor/pg_clipfrac"])
+
+
+def test_parity_with_verls_cispo_for_pg_tis(gen):
+    log_mu, log_pi, _, adv, mask = batch(gen, spread=1.5)
+    C = 3.0
+    kw = dict(old_log_prob=log_mu, advantages=adv, response_mask=mask)
+    l1, g1, _ = grad_of(core_algos.get_policy_loss_fn("pg_tis"), log_pi, config=actor_config(0.0, 0.0, C), **kw)
+    cispo_cfg = ActorConfig(
+        strategy="fsdp",
+        ppo_micro_batch_size_per_gpu=2,
+        ppo_mini_batch_size=4,
+        rollout_n=1,
+        clip_ratio_low=1.0,
+        clip_ratio_high=C - 1,  # clip(r, 0, C) = min(r, C)
+    )
+    l2, g2, _ = grad_of(core_algos.get_policy_loss_fn("cispo"), log_pi, config=cispo_cfg, **kw)
+    torch.testing.assert_close(l1, l2)
+    torch.testing.assert_close(g1, g2)
+
+
+@pytest.mark.parametrize("name", NON_TOPK)
+def test_mode_mismatch_is_a_clear_error(gen, name):
+    log_mu, log_pi, log_old, adv, mask = batch(gen)
+    fn = core_algos.get_policy_loss_fn(name)
+    rule = get_mask(name)
+    w = (log_old - log_mu).exp()
+    kw = dict(
+        old_log_prob=log_mu,
+        log_prob=log_pi,
+        advantages=adv,
+        response_mask=mask,
+        config=actor_config(0.2, 0.2, 1e4),
+    )
+    if "rollout" not in rule.anchors:
+        with pytest.raises(ValueError, match="decoupled mode"):
+            fn(**kw)
+    if "recompute" not in rule.anchors:
+        with pytest.raises(ValueError, match="bypass mode"):
+            fn(**kw, rollout_is_weights=w)
+
+
+@pytest.mark.parametrize("name", ["dppo_topk_tv", "dppo_topk_kl"])
+def test_topk_modes_fail_clearly_without_plumbing(gen, name):
+    log_mu, log_pi, _, adv, mask = batch(gen)
+    with pytest.raises(NotImplementedError, match="top-K"):
+        core_algos.get_policy_loss_fn(name)(
+            old_log_prob=log_mu,
+            log_prob=log_pi,
+            advantages=adv,
+            response_mask=mask,
+            config=actor_config(0.2, 0.2, 1e4),
+        )
+
+
+def test_mu_is_recovered_from_verls_own_rollout_is_weights(gen):
+    log_mu, log_pi, log_old, adv, mask = batch(gen)
+    w, _ = compute_rollout_correction_weights(
+        log_old - log_mu, mask.float(), rollout_is="token", rollout_is_threshold=UNBOUNDED_IS_THRESHOLD
+    )
+    cfg = actor_config(0.2, 0.28, 3.0)
+    kw = dict(advantages=adv, response_mask=mask, config=cfg)
+    _, g_decoupled, _ = grad_of(
+        core_algos.get_policy_loss_fn("minirl_tis"), log_pi, old_log_prob=log_old, rollout_is_weights=w, **kw
+    )
+    M = ~get_mask("minirl_tis")(Tokens(log_pi, log_old, adv), 0.2, 0.28)
+    expected = -adv * (log_pi - log_mu).exp().clamp(max=3.0) * M * mask / mask.sum()
+    torch.testing.assert_close(g_decoupled, expected, rtol=1e-4, atol=1e-7)
+
+
+FRESH_PROCESS_CHECK = r"""
+import json, sys, torch
+import verl  # nothing else: the entry point must register our modes
+from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, get_policy_loss_fn
+from omegaconf import OmegaConf
+cases = json.loads(sys.argv[1])
+out = {"registered": sorted(POLICY_LOSS_REGISTRY)}
+g = torch.Generator().manual_seed(1)
+B, T = 6, 12
+log_mu = torch.log_softmax(torch.randn(B, T, 4, generator=g), -1)[..., 0]
+log_pi = (log_mu + 0.6 * torch.randn(B, T, generator=g)).clamp(max=-1e-4)
+log_old = (log_mu + 0.2 * torch.randn(B, T, generator=g)).clamp(max=-1e-4)
+adv = torch.randn(B, 1, generator=g).expand(B, T).clone()
+mask = torch.ones(B, T, dtype=torch.bool); mask[1, 7:] = False
+for name, (low, high, cap, recompute) in cases.items():
+    if name not in POLICY_LOSS_REGISTRY:
+        continue
+    cfg = OmegaConf.create({"clip_ratio": 0.2, "clip_ratio_low": low, "clip_ratio_high": high,
+                            "clip_ratio_c": cap, "global_batch_info": {}})
+    lp = log_pi.clone().requires_grad_()
+    kw = dict(old_log_prob=log_old if recompute else log_mu,
+              rollout_is_weights=(log_old - log_mu).exp() * mask if recompute else None)
+    loss, _ = get_policy_loss_fn(name)(log_prob=lp, advantages=adv, response_mask=mask, config=cfg, **kw)
+    loss.backward()
+    out[name] = lp.grad.tolist()
+print("RESULT" + json.dumps(out))
+"""
+
+
+def paper_mask(name, log_pi, log_anchor, adv, low, high):
+    """The paper's masks written out again, independently of dppo_bench.methods.rules."""
+    pi, anc, r = log_pi.exp(), log_anchor.exp(), (log_pi - log_anchor).exp()
+    up, down = adv > 0, adv < 0
+    if name.startswith("dppo_binary_tv"):
+        return ~((up & (pi - anc > high)) | (down & (pi - anc < -low)))
+    if name.startswith("dppo_binary_kl"):
+        kl = anc * (log_anchor - log_pi) + (1 - anc) * torch.log((1 - anc) / (1 - pi))
+        return ~((up & (kl > high) & (pi > anc)) | (down & (kl > low) & (pi < anc)))
+    if name in ("grpo_clip_higher", "minirl", "minirl_tis"):
+        return ~((up & (r > 1 + high)) | (down & (r < 1 - low)))
+    if name == "mask_bad_updates":
+        return ~(down & (anc - pi >= low))
+    assert name in ("pg_is", "pg_tis"), name
+    return torch.ones_like(pi, dtype=torch.bool)
+
+
+def run_fresh(cases, env_update):
+    env = {**os.environ, **env_update}
+    proc = subprocess.run(
+        [sys.executable, "-c", FRESH_PROCESS_CHECK, json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
+    return json.loads(line[len("RESULT") :])
+
+
+def test_plain_import_verl_registers_every_mode_and_gradients_match_the_paper():
+    cases = {}
+    for name in NON_TOPK:
+        recompute = get_mask(name).anchors == ("recompute",)
+        low, high = {"delta": (0.1, 0.1), "eps": (0.2, 0.28), "none": (0.0, 0.0)}[get_mask(name).thresholds]
+        cases[name] = (low, high, 2.0 if name.endswith("tis") else 1e4, recompute)
+    out = run_fresh(cases, {"VERL_USE_EXTERNAL_PLUGINS": "auto", "VERL_USE_EXTERNAL_MODULES": ""})
+    assert set(mask_names()) <= set(out["registered"])
+
+    g = torch.Generator().manual_seed(1)  # the same data as the subprocess
+    B, T = 6, 12
+    log_mu = torch.log_softmax(torch.randn(B, T, 4, generator=g), -1)[..., 0]
+    log_pi = (log_mu + 0.6 * torch.randn(B, T, generator=g)).clamp(max=-1e-4)
+    log_old = (log_mu + 0.2 * torch.randn(B, T, generator=g)).clamp(max=-1e-4)
+    adv = torch.randn(B, 1, generator=g).expand(B, T).clone()
+    mask = torch.ones(B, T, dtype=torch.bool)
+    mask[1, 7:] = False
+    for name, (low, high, cap, recompute) in cases.items():
+        anchor = log_old if recompute else log_mu
+        M = paper_mask(name, log_pi, anchor, adv, low, high)
+        weight = (log_pi - log_mu).exp()
+        if cap < 1e4:
+            weight = weight.clamp(max=cap)
+        expected = -adv * weight * M * mask / mask.sum()
+        got = torch.tensor(out[name])
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-7, msg=name)
+        assert (got[~M & mask] == 0).all(), name
+        assert (~M & mask).any() or name in ("pg_is", "pg_tis"), f"{name}: the data should trigger the mask"
+
+
+def test_external_modules_fallback_registers_without_entry_points():
+    name = "dppo_binary_tv"
+    cases = {name: (0.1, 0.1, 1e4, False)}
+    off = run_fresh(cases, {"VERL_USE_EXTERNAL_PLUGINS": "none", "VERL_USE_EXTERNAL_MODULES": ""})
+    assert name not in off["registered"]
+    on = run_fresh(cases, {"VERL_USE_EXTERNAL_PLUGINS": "none", "VERL_USE_EXTERNAL_MODULES": "dppo_bench.verl_plugin"})
+    assert name in on["registered"] and name in on
+
+
+def ppo_loss_inputs(gen, *, recompute, B=4, P=3, R=6):
+    """verl's ppo_loss inputs in the padded layout: log-probs of full sequences, flattened."""
+    resp_lens = torch.tensor([6, 4, 5, 2])
+    attn = torch.ones(B, P + R, dtype=torch.int64)
+    for i, n in enumerate(resp_lens):
+        attn[i, P + n :] = 0
+    mask = attn[:, P:].bool()
+    log_mu = -torch.rand(B, R, generator=gen) * 2
+    log_old = (log_mu + 0.1 * torch.randn(B, R, generator=gen)).clamp(max=-1e-4)
+    log_pi = (log_mu + 0.5 * torch.randn(B, R, generator=gen)).clamp(max=-1e-4)
+    fields = {
+        "prompts": torch.zeros(B, P, dtype=torch.long),
+        "responses": torch.zeros(B, R, dtype=torch.long),
+        "attention_mask": attn,
+        "response_mask": mask.long(),
+        "old_log_probs": log_old if recompute else log_mu,
+        "advantages": torch.randn(B, 1, generator=gen).expand(B, R).clone(),
+    }
+    if recompute:
+        fields["rollout_is_weights"] = (log_old - log_mu).exp() * mask
+    data = TensorDict(fields, batch_size=[B])
+    tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=int(mask.sum()), global_batch_size=B)
+    flat = []
+    for i in range(B):
+        seq = torch.zeros(P + int(resp_lens[i]))
+        seq[P - 1 : P - 1 + resp_lens[i]] = log_pi[i, : resp_lens[i]]  # row t predicts token t + 1
+        flat.append(seq)
+    return data, torch.cat(flat), log_pi, log_mu, mask
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_verls_ppo_loss_runs_every_recipe(gen, name):
+    recipe = RECIPES[name]
+    rule = get_mask(recipe.mask)
+    profile = next(iter(recipe.hyperparameters))
+    hp = recipe.profile(profile)
+    low, high = rule.low_high(hp.values())
+    data, flat, log_pi, log_mu, mask = ppo_loss_inputs(gen, recompute=recipe.anchor == "recompute")
+    cfg = ActorConfig(
+        strategy="fsdp",
+        ppo_micro_batch_size_per_gpu=2,
+        ppo_mini_batch_size=4,
+        rollout_n=1,
+        clip_ratio_low=low,
+        clip_ratio_high=high,
+        clip_ratio_c=hp.is_cap or 1e4,
+        loss_agg_mode="seq-mean-token-sum",
+        policy_loss={"loss_mode": recipe.mask},
+    )
+    flat = flat.requires_grad_()
+    if rule.needs_topk:
+        with pytest.raises(NotImplementedError, match="top-K"):
+            ppo_loss(cfg, {"log_probs": flat}, data)
+        return
+    loss, metrics = ppo_loss(cfg, {"log_probs": flat}, data)
+    loss.backward()
+    assert torch.isfinite(loss) and flat.grad.abs().sum() > 0
+    values = {k: m.aggregate() for k, m in metrics.items()}
+    assert 0.0 <= values["actor/mask_frac"] <= 1.0
+    diff = (log_pi.exp() - log_mu.exp())[mask]
+    assert values["actor/pi_mu_abs_diff_mean"] == pytest.approx(diff.abs().mean().item(), rel=1e-5)
+    assert values["actor/pi_mu_diff_min"] == pytest.approx(diff.min().item(), rel=1e-5)
