@@ -46,7 +46,7 @@ class Hyperparameters(Strict):
     is_cap: Annotated[float, Field(ge=1.0)] | None  # C in min(pi/mu, C); null = no cap (required)
 
     def values(self) -> dict[str, float | None]:
-        return {k: getattr(self, k) for k in self.model_fields_set}
+        return {k: getattr(self, k) for k in type(self).model_fields if k in self.model_fields_set}
 
 
 class MethodRecipe(Strict):
@@ -135,8 +135,12 @@ def load_method(path: Path) -> MethodRecipe:
     return validate(MethodRecipe, {"id": path.stem, **data}, path)
 
 
-def method_path(method_id: str, methods_dir: Path = METHODS_DIR) -> Path:
-    return methods_dir / f"{method_id}.yaml"
+def find_method(method_id: str, methods_dir: Path = METHODS_DIR) -> MethodRecipe:
+    path = methods_dir / f"{method_id}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in methods_dir.glob("*.yaml")))
+        raise ConfigError(path, "", f"unknown method {method_id!r}; known: {known}")
+    return load_method(path)
 
 
 def load_methods(methods_dir: Path = METHODS_DIR) -> dict[str, MethodRecipe]:

@@ -1,0 +1,1 @@
+"""Subcommands of ``dppo-bench``; see :mod:`dppo_bench.cli`."""
