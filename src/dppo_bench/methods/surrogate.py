@@ -11,7 +11,6 @@ The gradient flows only through log pi.
 from __future__ import annotations
 
 import torch
-from verl.trainer.ppo.core_algos import agg_loss
 
 from dppo_bench.methods.registry import MaskRule, Tokens
 
@@ -54,6 +53,8 @@ def surrogate_loss(
     verl's ``global_batch_info`` (dp_size, batch_num_tokens, ...) forwarded to ``agg_loss``.
     Pass the same tensor as ``mu_log_prob`` and ``anchor_log_prob`` for the rollout anchor.
     """
+    from verl.trainer.ppo.core_algos import agg_loss  # here, so importing the rules stays light
+
     with torch.no_grad():
         log_pi = log_prob.detach().float()
         log_mu = mu_log_prob.float()
