@@ -66,7 +66,11 @@ class MaskRule:
     fn: MaskFn
     anchors: tuple[Anchor, ...]  # anchors the rule is defined for
     thresholds: ThresholdKind
-    needs_topk: bool = False
+    topk_kind: Literal["tv", "kl"] | None = None  # the top-K divergence the rule reads, if any
+
+    @property
+    def needs_topk(self) -> bool:
+        return self.topk_kind is not None
 
     @property
     def params(self) -> tuple[str, ...]:
@@ -88,14 +92,14 @@ _RULES: dict[str, MaskRule] = {}
 
 
 def register_mask(
-    name: str, *, anchors: tuple[Anchor, ...], thresholds: ThresholdKind, needs_topk: bool = False
+    name: str, *, anchors: tuple[Anchor, ...], thresholds: ThresholdKind, topk_kind: Literal["tv", "kl"] | None = None
 ) -> Callable[[MaskFn], MaskFn]:
     """Register ``fn`` as mask rule ``name``; stack the decorator to give a rule several names."""
 
     def deco(fn: MaskFn) -> MaskFn:
         if name in _RULES:
             raise ValueError(f"mask rule {name!r} is already registered (by {_RULES[name].fn.__qualname__})")
-        _RULES[name] = MaskRule(name, fn, anchors, thresholds, needs_topk)
+        _RULES[name] = MaskRule(name, fn, anchors, thresholds, topk_kind)
         return fn
 
     return deco

@@ -40,10 +40,10 @@ def binary_kl(t: Tokens, low: float, high: float) -> torch.Tensor:
     return _moving_away(t, kl, low, high)
 
 
-@register_mask("dppo_topk_tv", anchors=("rollout",), thresholds="delta", needs_topk=True)
-@register_mask("dppo_topk_kl", anchors=("rollout",), thresholds="delta", needs_topk=True)
+@register_mask("dppo_topk_tv", anchors=("rollout",), thresholds="delta", topk_kind="tv")
+@register_mask("dppo_topk_kl", anchors=("rollout",), thresholds="delta", topk_kind="kl")
 def topk(t: Tokens, low: float, high: float) -> torch.Tensor:
-    """The top-K divergence (TV or KL, chosen where it is computed) with the binary rule."""
+    """The top-K divergence of the rule's ``topk_kind``, computed by the caller, with DPPO's rule."""
     if t.topk_divergence is None:
         raise ValueError("a Top-K mask needs the per-token top-K divergence of mu and pi; none was given")
     return _moving_away(t, t.topk_divergence, low, high)
