@@ -1,0 +1,239 @@
+"""Problem sets: load a source (hub or local), normalize to {id, problem, answer}, hash, verify, write verl parquet.
+
+The sha256 of a problem set is over its normalized rows ``{id, problem, answer}`` sorted by id (canonical JSON),
+so it pins exactly what prompts and grading see, whatever file layout it came from.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dppo_bench.config import canonical_sha256
+from dppo_bench.eval.spec import NORMALIZED_FIELDS, DatasetSpec, FieldRule, Fields, HubSource, LocalSource
+
+# JSON escapes that ate a LaTeX backslash: "\f" (form feed) + "rac" was "\frac", "\t" + "riangle" was "\triangle".
+_LOST_BACKSLASH = re.compile(r"\x0c|\x08|[\t\r](?=[a-z])")
+_LOST = {"\x0c": "\\f", "\x08": "\\b", "\t": "\\t", "\r": "\\r"}
+
+
+class DataError(ValueError):
+    """Bad data: the message names the file (and the row and field where there is one)."""
+
+
+class HashMismatch(DataError):
+    pass
+
+
+@dataclass(frozen=True)
+class Problem:
+    id: str
+    problem: str
+    answer: str
+    extra: dict = field(default_factory=dict)
+
+    def row(self) -> dict:
+        return {"id": self.id, "problem": self.problem, "answer": self.answer, **self.extra}
+
+
+@dataclass(frozen=True)
+class ProblemSet:
+    problems: list[Problem]
+    sha256: str
+    origin: str  # the file, directory or hub repo@revision it was read from
+    source_kind: str  # "local" | "hub"
+    pinned_sha256: str | None  # what the spec pins for this source (None: not pinned)
+    dropped_duplicates: int = 0
+
+    def by_id(self) -> dict[str, Problem]:
+        return {p.id: p for p in self.problems}
+
+
+def problems_sha256(problems: list[Problem]) -> str:
+    rows = sorted(({k: getattr(p, k) for k in NORMALIZED_FIELDS} for p in problems), key=lambda r: r["id"])
+    return canonical_sha256(rows)
+
+
+# -- reading raw rows ----------------------------------------------------------------------------------------
+def read_rows(path: Path) -> list[dict]:
+    """Rows of a local file: .jsonl (one object a line), .json (a list of objects) or .parquet."""
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path).to_pylist()
+    text = path.read_text(encoding="utf-8")
+    if suffix == ".json":
+        rows = json.loads(text)
+        if not isinstance(rows, list):
+            raise DataError(f"{path}: expected a JSON list of objects")
+        return rows
+    if suffix == ".jsonl":
+        rows = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise DataError(f"{path}: line {n}: not valid JSON: {e}") from None
+        return rows
+    raise DataError(f"{path}: unsupported file type {suffix!r} (use .jsonl, .json or .parquet)")
+
+
+def read_hub_rows(hub: HubSource, repo: str | None = None) -> list[dict]:
+    """Rows of a hub dataset at its pinned revision; ``repo`` may name a local mirror (a directory) instead."""
+    import datasets
+
+    dataset = datasets.load_dataset(repo or hub.repo, name=hub.config, split=hub.split, revision=hub.revision)
+    return dataset.to_list()
+
+
+def resolve_local(spec: DatasetSpec, source: Path | None) -> Path:
+    """The local file to read: ``source`` (a file, or a directory holding the spec's file name directly or in a
+    sub-directory named like the file's parent, e.g. ../shared/data -> ../shared/data/aime24/aime24.jsonl),
+    else the spec's ``sources.local.path``."""
+    local = spec.sources.local
+    if source is None:
+        if local is None:
+            raise DataError(f"{spec.path}: no sources.local; pass a file with --source or use --hub")
+        return local.resolve()
+    if source.is_dir():
+        if local is None:
+            raise DataError(f"{source}: a directory needs sources.local.path in {spec.path} to name the file")
+        name = Path(local.path)
+        for candidate in (source / name.name, source / name.parent.name / name.name):
+            if candidate.is_file():
+                return candidate
+        raise DataError(f"{source}: holds neither {name.name} nor {name.parent.name}/{name.name}")
+    return source
+
+
+# -- normalization -------------------------------------------------------------------------------------------
+def _lookup(row: dict, column: str, index: int):
+    if column == "__index__":
+        return index
+    value: object = row
+    for part in column.split("."):
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and re.fullmatch(r"-?\d+", part) and -len(value) <= int(part) < len(value):
+            value = value[int(part)]
+        else:
+            raise KeyError(column)
+    return value
+
+
+def apply_rule(rule: FieldRule, row: dict, index: int) -> str:
+    """One normalized field of one row (KeyError / ValueError carry what went wrong)."""
+    value = _lookup(row, rule.column, index)
+    if value is None:
+        raise ValueError(f"column {rule.column!r} is null")
+    text = str(value)
+    if rule.map is not None:
+        if text not in rule.map:
+            raise ValueError(f"value {text!r} of column {rule.column!r} is not in the map")
+        text = rule.map[text]
+    if rule.pattern is not None:
+        m = re.search(rule.pattern, text)
+        if m is None:
+            raise ValueError(f"value {text[:80]!r} does not match pattern {rule.pattern!r}")
+        groups = [int(g) if g is not None and g.isdigit() else g for g in m.groups()]
+        text = rule.format.format(*groups, value=text) if rule.format else m.group(0)
+    elif rule.format is not None:
+        text = rule.format.format(value=value)
+    if rule.repair_json_escapes:
+        text = _LOST_BACKSLASH.sub(lambda m: _LOST[m.group(0)], text)
+    if rule.strip_prefix is not None:
+        if not text.startswith(rule.strip_prefix):
+            raise ValueError(f"does not start with strip_prefix {rule.strip_prefix[:60]!r}")
+        text = text[len(rule.strip_prefix) :]
+    if rule.strip_suffix is not None:
+        if not text.endswith(rule.strip_suffix):
+            raise ValueError(f"does not end with strip_suffix {rule.strip_suffix[-60:]!r}")
+        text = text[: len(text) - len(rule.strip_suffix)]
+    if rule.integer:
+        if not re.fullmatch(r"\s*[+-]?\d+\s*", text):
+            raise ValueError(f"value {text!r} is not an integer")
+        text = str(int(text))
+    return text.strip()
+
+
+def normalize(rows: list[dict], fields: Fields, origin: str, dedupe: bool = False) -> tuple[list[Problem], int]:
+    """Normalized problems of raw rows, and how many duplicate rows ``dedupe`` dropped.
+
+    Errors name the origin, the row and the field. Duplicate ids are an error (avg@n groups by id).
+    """
+    problems: list[Problem] = []
+    seen_ids: dict[str, int] = {}
+    seen_content: set[tuple[str, str]] = set()
+    dropped = 0
+    rules = {"id": fields.id, "problem": fields.problem, "answer": fields.answer, **fields.extra}
+    for i, row in enumerate(rows):
+        values = {}
+        for name, rule in rules.items():
+            try:
+                values[name] = apply_rule(rule, row, i)
+            except KeyError:
+                raise DataError(f"{origin}: row {i}: field '{name}': no column {rule.column!r}") from None
+            except (ValueError, IndexError) as e:
+                raise DataError(f"{origin}: row {i}: field '{name}': {e}") from None
+        if not values["problem"] or not values["answer"]:
+            empty = "problem" if not values["problem"] else "answer"
+            raise DataError(f"{origin}: row {i}: field '{empty}' is empty")
+        if dedupe:
+            key = (values["problem"], values["answer"])
+            if key in seen_content:
+                dropped += 1
+                continue
+            seen_content.add(key)
+        if values["id"] in seen_ids:
+            raise DataError(f"{origin}: row {i}: field 'id': {values['id']!r} repeats row {seen_ids[values['id']]}")
+        seen_ids[values["id"]] = i
+        extra = {k: row_value for k, row_value in values.items() if k not in NORMALIZED_FIELDS}
+        problems.append(Problem(values["id"], values["problem"], values["answer"], extra))
+    if not problems:
+        raise DataError(f"{origin}: no rows")
+    return problems, dropped
+
+
+# -- loading with hash verification --------------------------------------------------------------------------
+def load_problem_set(
+    spec: DatasetSpec, *, source: Path | None = None, hub: bool | str = False, verify: bool = True
+) -> ProblemSet:
+    """The spec's problem set from ``source`` (a local file or directory), the hub (``hub=True``, or a mirror
+    directory / repo id as a string), or the spec's default source; verified against the pinned sha256."""
+    use_hub = bool(hub) or (source is None and spec.default_source() == "hub")
+    if use_hub:
+        src: HubSource | LocalSource | None = spec.sources.hub
+        if src is None:
+            raise DataError(f"{spec.path}: no sources.hub to load from")
+        repo = hub if isinstance(hub, str) else None
+        origin = f"{repo or src.repo}@{src.revision or 'UNPINNED'}:{src.split}"
+        rows = read_hub_rows(src, repo)
+        field_path = "sources.hub.sha256"
+    else:
+        path = resolve_local(spec, source)
+        src = spec.sources.local or LocalSource(path=str(path), sha256=None)
+        origin = str(path)
+        rows = read_rows(path)
+        field_path = "sources.local.sha256"
+    problems, dropped = normalize(rows, src.fields, origin, src.dedupe)
+    digest = problems_sha256(problems)
+    if verify and src.sha256 is not None and digest != src.sha256:
+        raise HashMismatch(
+            f"{origin}: the normalized problem set has sha256 {digest}, but {spec.path} field "
+            f"'{field_path}' pins {src.sha256}: this is not the problem set the spec names"
+        )
+    return ProblemSet(problems, digest, origin, "hub" if use_hub else "local", src.sha256, dropped)
+
+
+def read_normalized(path: Path) -> ProblemSet:
+    """A normalized file ({id, problem, answer, ...} rows, e.g. ``<id>.problems.jsonl`` from data prepare)."""
+    from dppo_bench.eval.spec import IDENTITY_FIELDS
+
+    problems, _ = normalize(read_rows(path), IDENTITY_FIELDS, str(path))
+    return ProblemSet(problems, problems_sha256(problems), str(path), "local", None)

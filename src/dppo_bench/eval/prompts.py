@@ -1,0 +1,57 @@
+"""Prompt templates (``eval/prompts/<id>.yaml``): a user message around ``{problem}``, optionally a system one.
+
+The problem is substituted with ``str.replace``, never ``str.format``: problems are LaTeX, full of braces.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import field_validator
+
+from dppo_bench.config import REPO_ROOT, ConfigError, Strict, canonical_sha256, read_yaml, validate
+
+PROMPTS_DIR = REPO_ROOT / "eval" / "prompts"
+PLACEHOLDER = "{problem}"
+
+
+class PromptTemplate(Strict):
+    id: str
+    description: str
+    source: str  # where the exact text comes from
+    user: str  # contains {problem} exactly once
+    system: str | None = None
+
+    @field_validator("user")
+    @classmethod
+    def _one_placeholder(cls, v: str) -> str:
+        if v.count(PLACEHOLDER) != 1:
+            raise ValueError(f"must contain {PLACEHOLDER} exactly once")
+        return v
+
+    def messages(self, problem: str) -> list[dict[str, str]]:
+        """Chat messages for one problem, as verl's ``prompt`` column and chat templates expect them."""
+        user = {"role": "user", "content": self.user.replace(PLACEHOLDER, problem)}
+        return [{"role": "system", "content": self.system}, user] if self.system else [user]
+
+    def sha256(self) -> str:
+        return canonical_sha256({"user": self.user, "system": self.system})
+
+
+def load_prompt(prompt_id: str, prompts_dir: Path = PROMPTS_DIR) -> PromptTemplate:
+    path = prompts_dir / f"{prompt_id}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in prompts_dir.glob("*.yaml"))) or "none"
+        raise ConfigError(path, "", f"unknown prompt template {prompt_id!r}; known: {known}")
+    data = read_yaml(path)
+    if "id" in data:
+        raise ConfigError(path, "id", "the id is the file name; do not set it")
+    return validate(PromptTemplate, {"id": prompt_id, **data}, path)
+
+
+def render_chat(tokenizer, messages: list[dict[str, str]]) -> str:
+    """The text a model is prompted with: its chat template when it has one (as verl renders it), else the
+    message contents joined by blank lines (base models without a template)."""
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return "\n\n".join(m["content"] for m in messages)

@@ -1,0 +1,212 @@
+"""Typed models of ``eval/<id>.yaml`` (benchmarks) and ``recipes/datasets/<id>.yaml`` (training sets), and loaders.
+
+Both describe a problem set the same way: where it comes from (a Hugging Face hub dataset and/or a local file),
+how each source's columns map to the normalized fields ``id``, ``problem``, ``answer``, and the sha256 each
+source must normalize to (``null`` = not computable offline: ``data prepare`` then prints the hash it finds). A
+benchmark adds what a training set does not have: ``n`` samples per problem and the sampling parameters.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from dppo_bench.config import REPO_ROOT, ConfigError, Strict, read_yaml, validate
+
+EVAL_DIR = REPO_ROOT / "eval"
+DATASETS_DIR = REPO_ROOT / "recipes" / "datasets"
+ID_PATTERN = re.compile(r"^[a-z0-9_]+$")
+SHA256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+NORMALIZED_FIELDS = ("id", "problem", "answer")
+
+
+class FieldRule(Strict):
+    """How one normalized field is read from a source row. A bare string in yaml means ``{column: <string>}``."""
+
+    column: str  # dotted path into the row ("prompt.0.content", "reward_model.ground_truth"); "__index__" = row number
+    pattern: str | None = None  # regex matched (search) against the value; its groups feed ``format``
+    format: str | None = None  # str.format template: {value}, or the pattern's groups {0}, {1} (digits become ints)
+    map: dict[str, str] | None = None  # value -> output, for ids no template expresses; a value not in it is an error
+    integer: bool = False  # write the value as a canonical integer ("025" -> "25")
+    strip_prefix: str | None = None  # must be present, then removed (a missing one is an error naming the row)
+    strip_suffix: str | None = None
+    repair_json_escapes: bool = False  # restore "\frac" from a form feed + "rac" etc. (backslashes eaten by JSON)
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as e:
+                raise ValueError(f"not a valid regex: {e}") from None
+        return v
+
+
+def _as_rule(v: object) -> object:
+    return {"column": v} if isinstance(v, str) else v
+
+
+class Fields(Strict):
+    id: FieldRule
+    problem: FieldRule
+    answer: FieldRule
+    extra: dict[str, FieldRule] = {}  # kept in the normalized rows and in extra_info (e.g. level, subject)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_strings(cls, data: object) -> object:
+        if not isinstance(data, dict):
+            return data
+        out = {k: _as_rule(v) for k, v in data.items() if k != "extra"}
+        if isinstance(data.get("extra"), dict):
+            out["extra"] = {name: _as_rule(rule) for name, rule in data["extra"].items()}
+        elif "extra" in data:
+            out["extra"] = data["extra"]
+        return out
+
+
+IDENTITY_FIELDS = Fields.model_validate({"id": "id", "problem": "problem", "answer": "answer"})
+
+
+class HubSource(Strict):
+    repo: str  # Hugging Face dataset repo id
+    revision: str | None  # a commit; null (explicit) = unpinned, which data prepare reports on every run
+    config: str | None = None
+    split: str
+    fields: Fields
+    dedupe: bool = False  # drop rows whose (problem, answer) repeats an earlier row (e.g. DAPO-Math-17k's copies)
+    sha256: SHA256 | None  # of the normalized set from this source; null (explicit) = not computable offline
+
+
+class LocalSource(Strict):
+    path: str  # a file (jsonl, json list, parquet); relative paths are relative to the repository root
+    fields: Fields = IDENTITY_FIELDS
+    dedupe: bool = False
+    sha256: SHA256 | None
+
+    def resolve(self) -> Path:
+        p = Path(self.path)
+        return p if p.is_absolute() else (REPO_ROOT / p).resolve()
+
+
+class Sources(Strict):
+    default: Literal["hub", "local"] | None = None  # where data prepare reads without --source/--hub (else local)
+    hub: HubSource | None = None
+    local: LocalSource | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> Sources:
+        if self.hub is None and self.local is None:
+            raise ValueError("give at least one of hub, local")
+        if self.default is not None and getattr(self, self.default) is None:
+            raise ValueError(f"default is {self.default!r} but there is no sources.{self.default}")
+        return self
+
+
+class Sampling(Strict):
+    temperature: Annotated[float, Field(ge=0.0)]
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)]
+    max_tokens: Annotated[int, Field(ge=1)]  # the setting's max response length; settings may override it
+
+
+class DatasetSpec(Strict):
+    """A problem set and how it becomes verl parquet (``recipes/datasets/<id>.yaml`` holds training sets)."""
+
+    id: str
+    title: str
+    notes: str | None = None
+    data_source: str  # verl's data_source column (routes the reward; our reward function accepts any)
+    ability: str = "math"
+    split: Literal["train", "test"] = "train"  # extra_info.split in the parquet
+    answer_type: Literal["auto", "int", "math"]  # see dppo_bench.eval.grading.answer_kind
+    prompt: str  # a template in eval/prompts/<prompt>.yaml
+    sources: Sources
+    path: Path = Field(exclude=True)  # the yaml it was read from (for error messages)
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: str) -> str:
+        if not ID_PATTERN.match(v):
+            raise ValueError(f"id {v!r} must match [a-z0-9_]+")
+        return v
+
+    def default_source(self) -> Literal["local", "hub"]:
+        if self.sources.default is not None:
+            return self.sources.default
+        return "local" if self.sources.local is not None else "hub"
+
+
+class BenchmarkSpec(DatasetSpec):
+    """``eval/<id>.yaml``: a problem set plus how it is sampled and scored (Avg@n)."""
+
+    split: Literal["train", "test"] = "test"
+    n: Annotated[int, Field(ge=1)]  # samples per problem: avg@n, pass@k for k = 1, 2, 4, ..., n
+    sampling: Sampling
+    problems_from: str | None = None  # another benchmark whose problem set (sources, hashes) this one shares
+
+
+TRAINING_ONLY_MESSAGE = "a training dataset has no {key} (n, sampling, problems_from belong to a benchmark in eval/)"
+
+
+def _load(model: type[DatasetSpec], path: Path) -> DatasetSpec:
+    data = read_yaml(path)
+    if "id" in data:
+        raise ConfigError(path, "id", "the id is the file name; do not set it")
+    if model is DatasetSpec:
+        for key in ("n", "sampling", "problems_from"):
+            if key in data:
+                raise ConfigError(path, key, TRAINING_ONLY_MESSAGE.format(key=key))
+    if data.get("problems_from") is not None:
+        data = {**data, "sources": _shared_sources(path, data)}
+    return validate(model, {"id": path.stem, "path": path, **data}, path)
+
+
+def _shared_sources(path: Path, data: dict) -> dict:
+    """The sources of the benchmark named by ``problems_from`` (one level: it must name its own sources)."""
+    if "sources" in data:
+        raise ConfigError(path, "sources", "give either sources or problems_from, not both")
+    ref_id = data["problems_from"]
+    ref_path = path.parent / f"{ref_id}.yaml"
+    if not isinstance(ref_id, str) or not ref_path.is_file():
+        raise ConfigError(path, "problems_from", f"no benchmark {ref_id!r} in {path.parent}")
+    ref = load_benchmark(ref_id, path.parent)
+    if ref.problems_from is not None:
+        raise ConfigError(path, "problems_from", f"{ref_id!r} itself shares its problems; name the original")
+    return ref.sources.model_dump()
+
+
+def _find(directory: Path, spec_id: str, what: str) -> Path:
+    path = directory / f"{spec_id}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in directory.glob("*.yaml"))) or "none"
+        raise ConfigError(path, "", f"unknown {what} {spec_id!r}; known: {known}")
+    return path
+
+
+def load_benchmark(benchmark_id: str, eval_dir: Path = EVAL_DIR) -> BenchmarkSpec:
+    return _load(BenchmarkSpec, _find(eval_dir, benchmark_id, "benchmark"))  # type: ignore[return-value]
+
+
+def load_dataset_spec(dataset_id: str, datasets_dir: Path = DATASETS_DIR) -> DatasetSpec:
+    return _load(DatasetSpec, _find(datasets_dir, dataset_id, "training dataset"))
+
+
+def load_any(spec_id: str, eval_dir: Path = EVAL_DIR, datasets_dir: Path = DATASETS_DIR) -> DatasetSpec:
+    """A benchmark (eval/) or a training dataset (recipes/datasets/) by id; an id in both is an error."""
+    bench, train = eval_dir / f"{spec_id}.yaml", datasets_dir / f"{spec_id}.yaml"
+    if bench.is_file() and train.is_file():
+        raise ConfigError(train, "", f"id {spec_id!r} is both a benchmark ({bench}) and a training dataset")
+    if train.is_file():
+        return load_dataset_spec(spec_id, datasets_dir)
+    if bench.is_file():
+        return load_benchmark(spec_id, eval_dir)
+    known = sorted({p.stem for d in (eval_dir, datasets_dir) for p in d.glob("*.yaml")})
+    raise ConfigError(bench, "", f"unknown benchmark or dataset {spec_id!r}; known: {', '.join(known) or 'none'}")
+
+
+def load_benchmarks(eval_dir: Path = EVAL_DIR) -> dict[str, BenchmarkSpec]:
+    return {p.stem: load_benchmark(p.stem, eval_dir) for p in sorted(eval_dir.glob("*.yaml"))}
