@@ -12,6 +12,10 @@ mode the run was configured in (see :mod:`dppo_bench.verl_plugin.overrides`):
 
 Hyperparameters come through verl's existing keys: ``clip_ratio_low`` (negative-advantage
 side), ``clip_ratio_high`` (positive side) and ``clip_ratio_c`` (C; >= ``NO_CAP`` = no cap).
+
+Top-K modes also need the per-token top-K divergence, which verl's loss signature cannot carry:
+the trainer's forward computes it and the patched ``ppo_loss`` exposes it for the duration of the
+call (:mod:`dppo_bench.verl_plugin.topk`).
 """
 
 from __future__ import annotations
@@ -60,6 +64,33 @@ def _anchors(
     return torch.where(response_mask, old_log_prob - log_w, old_log_prob), old_log_prob
 
 
+def _topk_divergence(rule: MaskRule, log_prob: torch.Tensor) -> torch.Tensor:
+    """The per-token top-K divergence the trainer's forward computed for this ``ppo_loss`` call."""
+    from dppo_bench.verl_plugin.topk.install import installation_error
+    from dppo_bench.verl_plugin.topk.loss import current_topk_divergence
+
+    if installation_error() is not None:
+        raise RuntimeError(f"loss mode {rule.name!r}: {installation_error()}")
+    topk = current_topk_divergence()
+    if topk is None:
+        raise RuntimeError(
+            f"loss mode {rule.name!r} needs the per-token top-K divergence of mu and pi, which reaches a policy "
+            "loss only through verl's ppo_loss as patched by dppo-bench (the engine's forward computes it from "
+            "the rollout's top-K); this call came without one"
+        )
+    if topk.shape != log_prob.shape:
+        raise RuntimeError(f"top-K divergence {tuple(topk.shape)} does not match log_prob {tuple(log_prob.shape)}")
+    return topk.to(log_prob.device)
+
+
+@torch.no_grad()
+def topk_stats(topk: torch.Tensor, response_mask: torch.Tensor) -> dict[str, float]:
+    """Mean and max of the top-K divergence over the response tokens (one host sync)."""
+    valid = topk.float() * response_mask
+    mean, peak = torch.stack([valid.sum() / response_mask.sum().clamp(min=1), valid.max()]).tolist()
+    return {"topk_divergence_mean": mean, "topk_divergence_max": peak}
+
+
 def make_verl_loss(rule: MaskRule):
     """A function with verl's ``PolicyLossFn`` signature computing ``rule`` on the surrogate."""
 
@@ -74,12 +105,7 @@ def make_verl_loss(rule: MaskRule):
     ) -> tuple[torch.Tensor, dict[str, float]]:
         if config is None:
             raise ValueError(f"loss mode {rule.name!r} needs the actor config (clip_ratio_low/high/c)")
-        if rule.needs_topk:
-            raise NotImplementedError(
-                f"loss mode {rule.name!r} needs mu's top-K log-probs from the rollout and pi's log-probs on "
-                "those ids, which verl 0.9.1's policy-loss signature does not carry; the Top-K plumbing "
-                "(rollout top-K, trainer-side divergence) is not installed in this process"
-            )
+        topk = _topk_divergence(rule, log_prob) if rule.needs_topk else None
         mu, anchor = _anchors(rule, old_log_prob, rollout_is_weights, response_mask.bool())
         low, high = _thresholds(config)
         loss, stats = surrogate_loss(
@@ -93,8 +119,11 @@ def make_verl_loss(rule: MaskRule):
             high=high,
             is_cap=is_cap_from_verl(config.clip_ratio_c),
             loss_agg_mode=loss_agg_mode,
+            topk_divergence=topk,
             batch_info=dict(config.global_batch_info),
         )
+        if topk is not None:
+            stats.update(topk_stats(topk, response_mask.bool()))
         return loss, {f"actor/{name}": value for name, value in stats.items()}
 
     policy_loss.__name__ = policy_loss.__qualname__ = f"dppo_bench_{rule.name}"

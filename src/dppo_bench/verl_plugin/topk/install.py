@@ -1,0 +1,62 @@
+"""Apply the Top-K patches in this process, for the pinned verl only.
+
+Called by the plugin on ``import verl``, so it runs in the driver, the TaskRunner and every
+Ray worker (vLLM servers, agent-loop workers, actor workers). Each patch waits for its module
+(:mod:`dppo_bench.verl_plugin.topk.hooks`); applying twice changes nothing. On any verl other
+than the pinned one nothing is patched and :class:`VerlVersionError` says why; the Top-K loss
+modes then refuse to run with the same message.
+"""
+
+from __future__ import annotations
+
+from dppo_bench.verl_plugin.topk import agent_loop, fsdp, loss, megatron, rollout
+from dppo_bench.verl_plugin.topk.hooks import Patch, when_imported
+
+PINNED_VERL = "0.9.1"
+
+# module -> the patch applied to it once it is imported
+PATCHES: dict[str, Patch] = {
+    "verl.workers.rollout.vllm_rollout.vllm_async_server": rollout.patch_vllm_server,
+    "verl.experimental.agent_loop.agent_loop": agent_loop.patch_output,
+    "verl.experimental.agent_loop.single_turn_agent_loop": agent_loop.patch_single_turn,
+    "verl.trainer.ppo.padding_utils": agent_loop.patch_padding_template,
+    "verl.workers.utils.losses": loss.patch_ppo_loss,
+    "verl.workers.engine_workers": loss.patch_ppo_loss,
+    "verl.workers.engine.fsdp.transformer_impl": fsdp.patch_engine,
+    "verl.workers.engine.megatron.transformer_impl": megatron.patch_engine,
+}
+
+
+class VerlVersionError(RuntimeError):
+    """The installed verl is not the version the Top-K patches were written against."""
+
+
+_status: VerlVersionError | None = None  # why the patches are not installed, once install() ran
+
+
+def check_verl_version(version: str) -> None:
+    if version != PINNED_VERL:
+        raise VerlVersionError(
+            f"dppo-bench's Top-K patches target verl {PINNED_VERL} and the installed verl is {version}: "
+            f"nothing was patched, and dppo_topk_* loss modes cannot run; install verl=={PINNED_VERL}"
+        )
+
+
+def install() -> None:
+    """Check the verl version, then register every patch (idempotent)."""
+    global _status
+    import verl
+
+    try:
+        check_verl_version(verl.__version__)
+    except VerlVersionError as err:
+        _status = err
+        raise
+    for name, patch in PATCHES.items():
+        when_imported(name, patch)
+    _status = None
+
+
+def installation_error() -> VerlVersionError | None:
+    """The reason the patches are missing in this process, if :func:`install` refused."""
+    return _status
