@@ -237,3 +237,13 @@ def read_normalized(path: Path) -> ProblemSet:
 
     problems, _ = normalize(read_rows(path), IDENTITY_FIELDS, str(path))
     return ProblemSet(problems, problems_sha256(problems), str(path), "local", None)
+
+
+def pinned_hashes(spec: DatasetSpec) -> set[str]:
+    return {s.sha256 for s in (spec.sources.hub, spec.sources.local) if s is not None and s.sha256 is not None}
+
+
+def problems_for(spec: DatasetSpec, data: Path | None = None) -> ProblemSet:
+    """What generation and scoring run on: a normalized file (``--data``), else the spec's default source,
+    hash-verified."""
+    return read_normalized(data) if data is not None else load_problem_set(spec)

@@ -122,7 +122,7 @@ class DatasetSpec(Strict):
     data_source: str  # verl's data_source column (routes the reward; our reward function accepts any)
     ability: str = "math"
     split: Literal["train", "test"] = "train"  # extra_info.split in the parquet
-    answer_type: Literal["auto", "int", "math"]  # see dppo_bench.eval.grading.answer_kind
+    answer_type: Literal["auto", "integer", "math"]  # see dppo_bench.eval.grading.answer_kind
     prompt: str  # a template in eval/prompts/<prompt>.yaml
     sources: Sources
     path: Path = Field(exclude=True)  # the yaml it was read from (for error messages)

@@ -1,0 +1,43 @@
+"""``dppo-bench score``: grade a samples file with math-verify and write scores.json."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("score", help="grade samples.jsonl[.gz] -> scores.json (avg@n, pass@k, CI)")
+    p.add_argument("--benchmark", required=True)
+    p.add_argument("--samples", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True, help="scores.json")
+    p.add_argument("--data", type=Path, help="a normalized problems file (default: the benchmark's source)")
+    p.add_argument("--n", type=int, help="samples per problem (default: the benchmark's n)")
+    p.add_argument("--workers", type=int, help="grading processes (default: the CPUs available)")
+    p.add_argument("--timeout", type=int, default=5, help="math-verify's limit per parse and comparison (s)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.set_defaults(func=score)
+
+
+def score(args: argparse.Namespace) -> int:
+    from dppo_bench.eval.data import problems_for
+    from dppo_bench.eval.samples import read_samples
+    from dppo_bench.eval.score import score_samples, write_scores
+    from dppo_bench.eval.spec import load_benchmark
+
+    spec = load_benchmark(args.benchmark)
+    problems = problems_for(spec, args.data)
+    samples = read_samples(args.samples)
+    scores = score_samples(
+        spec, problems, samples, n=args.n, workers=args.workers, timeout_s=args.timeout, seed=args.seed
+    )
+    write_scores(scores, args.out)
+    n, ci = scores["n"], scores["ci"]
+    print(
+        f"{spec.id}: avg@{n} = {scores[f'avg@{n}']:.4f} (95% CI {ci['low']:.4f}-{ci['high']:.4f}), "
+        f"pass@{n} = {scores['pass@k'][str(n)]:.4f}, {len(scores['problems'])} problems, "
+        f"{scores['timeouts']} timeouts, {scores['no_answer']} without an answer -> {args.out}"
+    )
+    if samples.invalid_utf8_lines:
+        print(f"  {samples.invalid_utf8_lines} lines of {args.samples} had invalid UTF-8 (replaced, then scored)")
+    return 0

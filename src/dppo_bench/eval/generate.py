@@ -1,0 +1,281 @@
+"""Generation of ``n`` samples per problem into a resumable samples file, with vLLM (GPU) or HF ``generate`` (CPU).
+
+Each problem is sampled with its own seed, derived from the run seed and the problem id, so a problem's samples do
+not depend on which other problems were generated with it, in what order, or whether the run was interrupted and
+resumed. Both backends prompt with the same token ids: the chat template rendered as text (as verl renders it),
+then tokenized without adding special tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Protocol
+
+from dppo_bench.config import canonical_sha256
+from dppo_bench.eval.data import Problem
+from dppo_bench.eval.prompts import PromptTemplate, render_chat
+from dppo_bench.eval.samples import SamplesError, SamplesWriter
+
+_FINGERPRINT_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    n: int
+    temperature: float
+    top_p: float
+    max_tokens: int
+    seed: int
+
+
+def problem_seed(seed: int, problem_id: str) -> int:
+    """A 31-bit seed of one problem's samples (stable across runs, orders and resumes)."""
+    return int.from_bytes(hashlib.sha256(f"{seed}:{problem_id}".encode()).digest()[:4], "big") & 0x7FFFFFFF
+
+
+# -- models ----------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ResolvedModel:
+    path: str  # what the backend loads: an HF directory or a hub id
+    given: str  # what the user named (a checkpoint, a run's checkpoint root, ...)
+    kind: str  # "hf" | "verl" | "hub"
+    fingerprint: str | None  # of the config and weight files (see model_fingerprint); None for hub ids
+
+
+def _has_weights(d: Path) -> bool:
+    return (d / "config.json").is_file() and any(
+        p.suffix in (".safetensors", ".bin") or p.name.endswith(".safetensors.index.json") for p in d.iterdir()
+    )
+
+
+def model_fingerprint(d: Path) -> str:
+    """sha256 over config.json and, per weight file, its name, size and first and last MiB: cheap (no full read
+    of tens of GB) and changes whenever the weights are rewritten."""
+    h = hashlib.sha256((d / "config.json").read_bytes())
+    for p in sorted(d.iterdir()):
+        if p.suffix in (".safetensors", ".bin"):
+            size = p.stat().st_size
+            h.update(f"{p.name}:{size}".encode())
+            with open(p, "rb") as f:
+                h.update(f.read(_FINGERPRINT_BYTES))
+                f.seek(max(0, size - _FINGERPRINT_BYTES))
+                h.update(f.read())
+    return h.hexdigest()
+
+
+def _verl_actor_dir(d: Path) -> Path | None:
+    """The ``actor`` directory of a verl checkpoint named by ``d``: a checkpoint root (with
+    latest_checkpointed_iteration.txt), a ``global_step_N`` directory, or the actor directory itself."""
+    tracker = d / "latest_checkpointed_iteration.txt"
+    if tracker.is_file():
+        d = d / f"global_step_{int(tracker.read_text().strip())}"
+    if (d / "actor").is_dir():
+        d = d / "actor"
+    if (d / "huggingface").is_dir() and (any(d.glob("model_world_size_*")) or (d / "dist_ckpt").is_dir()):
+        return d
+    return None
+
+
+def resolve_model(given: str, merge: Callable[[Path, Path, str], None] | None = None) -> ResolvedModel:
+    """An HF checkpoint directory, a verl checkpoint (merged to HF format once, next to it), or a hub model id."""
+    d = Path(given)
+    if not d.exists():
+        if d.is_absolute() or given.startswith("."):
+            raise FileNotFoundError(f"{given}: no such model directory")
+        return ResolvedModel(given, given, "hub", None)
+    if d.is_dir() and _has_weights(d):
+        return ResolvedModel(str(d), given, "hf", model_fingerprint(d))
+    actor = _verl_actor_dir(d)
+    if actor is None:
+        raise FileNotFoundError(f"{given}: neither an HF model directory (config.json + weights) nor a verl checkpoint")
+    if _has_weights(actor / "huggingface"):  # saved with checkpoint.save_contents including hf_model
+        return ResolvedModel(str(actor / "huggingface"), given, "verl", model_fingerprint(actor / "huggingface"))
+    merged = actor / "huggingface_merged"
+    if not (merged.is_dir() and _has_weights(merged)):
+        backend = "megatron" if (actor / "dist_ckpt").is_dir() else "fsdp"
+        (merge or merge_verl_checkpoint)(actor, merged, backend)
+    return ResolvedModel(str(merged), given, "verl", model_fingerprint(merged))
+
+
+def merge_verl_checkpoint(actor: Path, target: Path, backend: str) -> None:
+    """verl's own merger (``python -m verl.model_merger merge``) into ``target``."""
+    import subprocess
+
+    cmd = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", backend]
+    subprocess.run([*cmd, "--local_dir", str(actor), "--target_dir", str(target)], check=True)
+
+
+# -- backends --------------------------------------------------------------------------------------------------
+class Backend(Protocol):
+    tokenizer: object
+
+    def describe(self) -> dict: ...
+
+    def generate(self, prompt_ids: Sequence[list[int]], seeds: Sequence[int]) -> list[list[str]]:
+        """n completions (text) per prompt, in sample order."""
+        ...
+
+
+class HFBackend:
+    """transformers ``generate`` for CPU and tiny models; sampling seeded per problem without touching the
+    global RNG (inside ``torch.random.fork_rng``); the n samples of a problem are batched."""
+
+    def __init__(self, model_path: str, sampling: SamplingConfig, *, device: str = "cpu", batch_size: int = 0):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.sampling, self.device = sampling, device
+        self.batch_size = batch_size or sampling.n
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.model = AutoModelForCausalLM.from_pretrained(model_path).to(device).eval()
+        self._torch = torch
+
+    def describe(self) -> dict:
+        return {"backend": "hf", "device": self.device, "batch_size": self.batch_size}
+
+    def _generation_config(self, num: int):
+        from transformers import GenerationConfig
+
+        s = self.sampling
+        eos = self.model.generation_config.eos_token_id
+        eos = self.tokenizer.eos_token_id if eos is None else eos
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
+        sample = s.temperature > 0
+        return GenerationConfig(  # explicit: the checkpoint's own generation_config must not change the sampling
+            do_sample=sample,
+            temperature=s.temperature if sample else None,
+            top_p=s.top_p if sample else None,
+            top_k=0 if sample else None,
+            max_new_tokens=s.max_tokens,
+            num_return_sequences=num,
+            eos_token_id=eos,
+            pad_token_id=pad[0] if isinstance(pad, list) else pad,
+        )
+
+    def generate(self, prompt_ids: Sequence[list[int]], seeds: Sequence[int]) -> list[list[str]]:
+        torch = self._torch
+        out = []
+        for ids, seed in zip(prompt_ids, seeds, strict=True):
+            inputs = torch.tensor([ids], device=self.device)
+            texts: list[str] = []
+            for start in range(0, self.sampling.n, self.batch_size):
+                num = min(self.batch_size, self.sampling.n - start)
+                devices = [self.device] if self.device.startswith("cuda") else []
+                with torch.random.fork_rng(devices=devices), torch.no_grad():
+                    torch.manual_seed(seed + start)
+                    tokens = self.model.generate(
+                        inputs, attention_mask=torch.ones_like(inputs), generation_config=self._generation_config(num)
+                    )
+                texts += self.tokenizer.batch_decode(tokens[:, len(ids) :], skip_special_tokens=True)
+            out.append(texts)
+        return out
+
+
+class VLLMBackend:
+    """One vLLM ``LLM``; per problem ``SamplingParams(n, temperature, top_p, max_tokens, seed)``."""
+
+    def __init__(self, model_path: str, sampling: SamplingConfig, **llm_kwargs):
+        from vllm import LLM
+
+        self.sampling, self.llm_kwargs = sampling, llm_kwargs
+        self.llm = LLM(model=model_path, seed=sampling.seed, **llm_kwargs)
+        self.tokenizer = self.llm.get_tokenizer()
+
+    def describe(self) -> dict:
+        import vllm
+
+        return {"backend": "vllm", "vllm": vllm.__version__, **self.llm_kwargs}
+
+    def generate(self, prompt_ids: Sequence[list[int]], seeds: Sequence[int]) -> list[list[str]]:
+        from vllm import SamplingParams
+
+        s = self.sampling
+        params = [
+            SamplingParams(n=s.n, temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens, seed=seed)
+            for seed in seeds
+        ]
+        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params)
+        return [[o.text for o in sorted(out.outputs, key=lambda o: o.index)] for out in outputs]
+
+
+# -- the run ---------------------------------------------------------------------------------------------------
+def prompt_ids(tokenizer, template: PromptTemplate, problems: Sequence[Problem]) -> tuple[list[list[int]], str]:
+    """Token ids of each problem's prompt, and the sha256 of the rendered prompt texts."""
+    texts = [render_chat(tokenizer, template.messages(p.problem)) for p in problems]
+    ids = [
+        list(tokenizer(t, add_special_tokens=not getattr(tokenizer, "chat_template", None))["input_ids"]) for t in texts
+    ]
+    return ids, canonical_sha256({p.id: t for p, t in zip(problems, texts, strict=True)})
+
+
+def samples_header(
+    benchmark: str, data_sha256: str, model: ResolvedModel, backend: dict, sampling: SamplingConfig, prompt: dict
+) -> dict:
+    model_info = {**asdict(model), **backend}
+    sampling_info = asdict(sampling)
+    return {
+        "benchmark": benchmark,
+        "data_sha256": data_sha256,
+        "model": model_info,
+        "model_sha256": canonical_sha256(model_info),
+        "sampling": sampling_info,
+        "sampling_sha256": canonical_sha256(sampling_info),
+        "prompt": prompt,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+def run_generation(
+    backend: Backend,
+    model: ResolvedModel,
+    problems: Sequence[Problem],
+    template: PromptTemplate,
+    sampling: SamplingConfig,
+    out: Path,
+    *,
+    benchmark: str,
+    data_sha256: str,
+    chunk: int = 64,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict:
+    """Generate the missing problems' samples into ``out`` (resuming it), ``chunk`` problems per backend call.
+
+    Returns what happened: problems already complete, problems generated, bytes of an interrupted write dropped.
+    """
+    ids, prompts_sha = prompt_ids(backend.tokenizer, template, problems)
+    prompt_info = {"template": template.id, "template_sha256": template.sha256(), "prompts_sha256": prompts_sha}
+    header = samples_header(benchmark, data_sha256, model, backend.describe(), sampling, prompt_info)
+    writer = SamplesWriter(out, header)
+    todo = []
+    for i, p in enumerate(problems):
+        have = sum((p.id, s) in writer.keys for s in range(sampling.n))
+        if 0 < have < sampling.n:  # cannot happen with whole-problem appends: the file was edited
+            raise SamplesError(f"{out}: problem {p.id!r} has {have} of {sampling.n} samples; not resumable")
+        if have == 0:
+            todo.append(i)
+    done = len(problems) - len(todo)
+    for start in range(0, len(todo), chunk):
+        part = todo[start : start + chunk]
+        completions = backend.generate(
+            [ids[i] for i in part], [problem_seed(sampling.seed, problems[i].id) for i in part]
+        )
+        for i, texts in zip(part, completions, strict=True):
+            if len(texts) != sampling.n:
+                raise RuntimeError(
+                    f"backend returned {len(texts)} samples for {problems[i].id!r}, expected {sampling.n}"
+                )
+            writer.append(problems[i].id, texts)
+        done += len(part)
+        if progress:
+            progress(done, len(problems))
+    return {
+        "path": str(out),
+        "already_complete": len(problems) - len(todo),
+        "generated": len(todo),
+        "dropped_bytes": writer.dropped_bytes,
+    }

@@ -1,0 +1,238 @@
+"""Worker processes that run math-verify (``verifier.check``) on their own main thread, with hard limits.
+
+Each worker is a fresh interpreter (not a fork: safe when the caller has threads, Ray or torch, and it never
+re-imports the caller's ``__main__``), fed through a pipe. A dispatcher thread keeps up to ``PIPELINE_DEPTH``
+items queued in each worker's pipe, so a worker never waits for the parent between items, and enforces a hard
+wall-clock limit on the item at the head of each worker's queue: a worker that overruns it (stuck in one long
+C call, where SIGALRM cannot interrupt) or crashes is killed and replaced, that item is recorded as a timeout,
+and the items queued behind it are given to other workers. Thread-safe: ``check`` may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+
+from dppo_bench.eval import verifier
+
+PIPELINE_DEPTH = 2  # items queued per worker: the next one waits in the pipe while the parent refills
+LARGE_PAYLOAD = 8192  # characters; larger items go only to an idle worker (a full pipe would block the dispatcher)
+_WORKER_CMD = "import sys; from dppo_bench.eval.pool import serve; serve(int(sys.argv[1]), int(sys.argv[2]))"
+TIMEOUT_RESULT = (False, True)  # (correct, timeout) of an item the worker did not finish
+
+
+def serve(read_fd: int, write_fd: int) -> None:
+    """A worker process's loop: items in order, on the main thread, so math-verify's SIGALRM timeouts fire."""
+    inbox, outbox = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
+    while True:
+        try:
+            task = inbox.recv()
+        except (EOFError, OSError):
+            return  # the parent is gone
+        if task is None:
+            return
+        prediction, answer, timeout_s = task
+        try:
+            outbox.send(("ok", verifier.check(prediction, answer, timeout_s)))
+        except Exception as e:  # noqa: BLE001  (reported to the caller as an error, not a verdict)
+            outbox.send(("error", f"{type(e).__name__}: {e}"))
+
+
+@dataclass
+class _Task:
+    future: Future
+    payload: tuple[str, str, int]
+    hard_limit_s: float
+
+    @property
+    def size(self) -> int:
+        return len(self.payload[0]) + len(self.payload[1])
+
+
+class _Worker:
+    def __init__(self):
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _WORKER_CMD, str(to_child_r), str(from_child_w)],
+            pass_fds=(to_child_r, from_child_w),
+            stdin=subprocess.DEVNULL,
+        )
+        os.close(to_child_r)
+        os.close(from_child_w)
+        self.outbox = Connection(to_child_w, readable=False)
+        self.conn = Connection(from_child_r, writable=False)  # what the dispatcher waits on
+        self.inflight: deque[_Task] = deque()
+        self.head_started = 0.0  # when the worker began the item at the head of ``inflight``
+
+    @property
+    def deadline(self) -> float:
+        return self.head_started + self.inflight[0].hard_limit_s if self.inflight else math.inf
+
+    def stop(self, kill: bool) -> None:
+        if not kill:
+            try:
+                self.outbox.send(None)
+                self.proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                kill = True
+        if kill:
+            self.proc.kill()
+            self.proc.wait()
+        self.outbox.close()
+        self.conn.close()
+
+
+class VerifierPool:
+    """``check(prediction, answer, timeout_s)`` -> Future of math-verify's (correct, timeout), in workers.
+
+    ``hard_timeout_s`` bounds one item's wall-clock time whatever happens inside math-verify (default: four times
+    its own limit plus 5 s, above the worst legitimate parse and comparisons).
+    """
+
+    def __init__(self, workers: int, *, timeout_s: int, hard_timeout_s: float | None = None):
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        if int(timeout_s) != timeout_s or timeout_s < 1:
+            raise ValueError(f"timeout_s must be a whole number of seconds >= 1 (SIGALRM), got {timeout_s}")
+        self.workers = workers
+        self.timeout_s = int(timeout_s)
+        self.hard_timeout_s = hard_timeout_s
+        self.restarts = 0  # workers replaced after a hard timeout or a crash
+        self._lock = threading.Lock()
+        self._queue: deque[_Task] = deque()
+        self._pool: list[_Worker] = []
+        self._wake_r, self._wake_w = mp.Pipe(duplex=False)
+        self._thread: threading.Thread | None = None
+        self._closing = False
+
+    def start(self):
+        if self._thread is None:
+            self._pool = [_Worker() for _ in range(self.workers)]
+            self._thread = threading.Thread(target=self._dispatch, name="dppo-bench-verifier-pool", daemon=True)
+            self._thread.start()
+            # Warm every worker (imports, first parse) so that the first real items do not pay for it.
+            for f in [self.check("1", "1") for _ in range(self.workers)]:
+                f.result()
+        return self
+
+    def close(self) -> None:
+        if self._thread is None:
+            return
+        with self._lock:
+            self._closing = True
+        self._wake()
+        self._thread.join()
+        for w in self._pool:
+            w.stop(kill=False)
+        self._pool, self._thread = [], None
+        self._wake_r.close()
+        self._wake_w.close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def check(self, prediction: str, answer: str, timeout_s: int | None = None) -> Future:
+        return self.check_many([(prediction, answer)], timeout_s)[0]
+
+    def check_many(self, pairs: list[tuple[str, str]], timeout_s: int | None = None) -> list[Future]:
+        if not pairs:
+            return []
+        t = int(timeout_s or self.timeout_s)
+        hard = self.hard_timeout_s if self.hard_timeout_s is not None else 4 * t + 5
+        tasks = [_Task(Future(), (prediction, answer, t), hard) for prediction, answer in pairs]
+        with self._lock:
+            if self._closing or self._thread is None:
+                raise RuntimeError("the pool is not running (use it as a context manager)")
+            self._queue.extend(tasks)
+        self._wake()
+        return [task.future for task in tasks]
+
+    # -- the dispatcher thread -------------------------------------------------------------------------------
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send_bytes(b"")
+        except OSError:
+            pass  # closing
+
+    def _dispatch(self) -> None:
+        while True:
+            with self._lock:
+                self._feed()
+                busy = [w for w in self._pool if w.inflight]
+                if self._closing and not busy and not self._queue:
+                    return
+            timeout = max(0.0, min(w.deadline for w in busy) - time.monotonic()) if busy else None
+            ready = wait([w.conn for w in busy] + [self._wake_r], timeout)
+            if self._wake_r in ready:
+                while self._wake_r.poll():
+                    self._wake_r.recv_bytes()
+            with self._lock:
+                for w in busy:
+                    if w.conn in ready:
+                        self._collect(w)
+                    elif time.monotonic() >= w.deadline:
+                        self._fail(w)
+
+    def _feed(self) -> None:
+        """Hand queued items out round-robin, up to PIPELINE_DEPTH per worker."""
+        for depth in range(1, PIPELINE_DEPTH + 1):
+            for i in range(len(self._pool)):
+                if not self._queue:
+                    return
+                w = self._pool[i]
+                if len(w.inflight) < depth and not (self._queue[0].size > LARGE_PAYLOAD and w.inflight):
+                    self._send(i, self._queue.popleft())
+
+    def _send(self, i: int, task: _Task) -> None:
+        w = self._pool[i]
+        if not w.inflight:
+            w.head_started = time.monotonic()
+        w.inflight.append(task)
+        try:
+            w.outbox.send(task.payload)
+        except OSError:  # the worker died: the item goes back to the queue and the worker is replaced
+            w.inflight.pop()
+            self._queue.appendleft(task)
+            if w.inflight:
+                self._fail(w)  # it died on its head item
+            else:
+                self._respawn(w)
+
+    def _collect(self, w: _Worker) -> None:
+        while w.inflight and w.conn.poll():
+            try:
+                status, value = w.conn.recv()
+            except (EOFError, OSError):  # the worker crashed on its head item
+                self._fail(w)
+                return
+            task = w.inflight.popleft()
+            w.head_started = time.monotonic()
+            if status == "ok":
+                task.future.set_result(value)
+            else:
+                task.future.set_exception(RuntimeError(f"verifier worker failed on {task.payload[0][:80]!r}: {value}"))
+
+    def _fail(self, w: _Worker) -> None:
+        """Kill a worker that overran its hard limit or died: its head item is a timeout, the others requeue."""
+        head = w.inflight.popleft()
+        self._queue.extendleft(reversed(w.inflight))
+        self._respawn(w)
+        head.future.set_result(TIMEOUT_RESULT)
+
+    def _respawn(self, w: _Worker) -> None:
+        w.stop(kill=True)
+        self._pool[self._pool.index(w)] = _Worker()
+        self.restarts += 1

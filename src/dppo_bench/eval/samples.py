@@ -1,0 +1,190 @@
+"""``samples.jsonl.gz``: a header line, then one row ``{"problem_id", "sample", "completion"}`` per completion.
+
+Append-only and resumable. Every append (one problem's samples) is written as its own gzip member (or, for plain
+``.jsonl``, as whole lines) and fsynced, so an interrupted write can only leave a truncated *last* member: the
+writer cuts it off when it reopens the file, keeps every complete row and the generator continues with what is
+missing. Reading decodes invalid UTF-8 with replacement characters (and counts the lines), so one bad byte in a
+completion is scored on what remains rather than crashing the run.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+FORMAT = "dppo-bench-samples/1"
+_CHUNK = 1 << 20
+VOLATILE_HEADER_KEYS = ("created",)  # differ between the runs of one resumed generation
+
+
+class SamplesError(ValueError):
+    """A samples file that cannot be read or extended: the message names the file (and line and field)."""
+
+
+@dataclass
+class SamplesFile:
+    path: Path
+    header: dict
+    rows: list[dict]
+    invalid_utf8_lines: int = 0  # lines with bytes that were not UTF-8 (replaced by U+FFFD)
+    truncated_bytes: int = 0  # bytes of an interrupted last write (not read)
+    valid_bytes: int = 0  # where the last complete write ends
+    keys: set[tuple[str, int]] = field(default_factory=set)
+
+
+def _is_gzip(path: Path) -> bool:
+    return path.suffix == ".gz"
+
+
+def _gzip_members(f) -> Iterator[tuple[bytes, int]]:
+    """(content, end offset) of each complete gzip member; stops before a truncated last one."""
+    d = zlib.decompressobj(wbits=31)
+    parts: list[bytes] = []
+    consumed = member_in = 0
+    pending = b""
+    while True:
+        chunk = pending or f.read(_CHUNK)
+        pending = b""
+        if not chunk:
+            return
+        parts.append(d.decompress(chunk))
+        if d.eof:
+            used = len(chunk) - len(d.unused_data)
+            consumed += member_in + used
+            yield b"".join(parts), consumed
+            parts, member_in, pending = [], 0, d.unused_data
+            d = zlib.decompressobj(wbits=31)
+        else:
+            member_in += len(chunk)
+
+
+def _text_blocks(f) -> Iterator[tuple[bytes, int]]:
+    """(complete lines, end offset) of a plain jsonl file; a last line without newline is an interrupted write."""
+    data = f.read()
+    end = data.rfind(b"\n") + 1
+    if end:
+        yield data[:end], end
+
+
+def read_samples(path: Path) -> SamplesFile:
+    """Header, rows and integrity counts of a samples file (.jsonl.gz or .jsonl)."""
+    path = Path(path)
+    if not path.is_file():
+        raise SamplesError(f"{path}: file not found")
+    out = SamplesFile(path, {}, [])
+    size = path.stat().st_size
+    line_no = 0
+    with open(path, "rb") as f:
+        try:
+            for content, end in _gzip_members(f) if _is_gzip(path) else _text_blocks(f):
+                for raw in content.split(b"\n"):
+                    if not raw.strip():
+                        continue
+                    line_no += 1
+                    _add_line(out, raw, line_no)
+                out.valid_bytes = end
+        except zlib.error as e:
+            raise SamplesError(f"{path}: corrupt gzip data after line {line_no}: {e}") from None
+    out.truncated_bytes = size - out.valid_bytes
+    if not out.header:
+        raise SamplesError(f"{path}: no header line (is it a dppo-bench samples file?)")
+    return out
+
+
+def _add_line(out: SamplesFile, raw: bytes, line_no: int) -> None:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = raw.decode("utf-8", errors="replace")
+        out.invalid_utf8_lines += 1
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SamplesError(f"{out.path}: line {line_no}: not valid JSON: {e}") from None
+    if line_no == 1:
+        if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+            raise SamplesError(f"{out.path}: line 1: field 'format': expected a header with format {FORMAT!r}")
+        out.header = obj
+        return
+    out.rows.append(_check_row(obj, out.path, line_no))
+    out.keys.add((obj["problem_id"], obj["sample"]))
+
+
+def _check_row(obj: object, path: Path, line_no: int) -> dict:
+    if not isinstance(obj, dict):
+        raise SamplesError(f"{path}: line {line_no}: expected an object")
+    for name, kind in (("problem_id", str), ("sample", int), ("completion", str)):
+        value = obj.get(name)
+        if not isinstance(value, kind) or (kind is int and (isinstance(value, bool) or value < 0)):
+            raise SamplesError(f"{path}: line {line_no}: field '{name}': expected {kind.__name__}, got {value!r}")
+    return obj
+
+
+def comparable(header: dict) -> dict:
+    return {k: v for k, v in header.items() if k not in VOLATILE_HEADER_KEYS}
+
+
+class SamplesWriter:
+    """Append problems' samples to a new or existing file with the same header (anything else is refused)."""
+
+    def __init__(self, path: Path, header: dict):
+        self.path = Path(path)
+        self.header = {"format": FORMAT, **header}
+        self.keys: set[tuple[str, int]] = set()
+        self.dropped_bytes = 0
+        if self.path.exists():
+            self._resume()
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._write([self.header])
+
+    def _resume(self) -> None:
+        existing = read_samples(self.path)
+        old, new = comparable(existing.header), comparable(self.header)
+        for key in sorted(set(old) | set(new)):
+            if old.get(key) != new.get(key):
+                raise SamplesError(
+                    f"{self.path}: header field '{key}' is {old.get(key)!r} in the file but {new.get(key)!r} for this "
+                    "generation: refusing to mix samples (use another output path)"
+                )
+        if existing.truncated_bytes:
+            os.truncate(self.path, existing.valid_bytes)  # an interrupted last write: drop it, keep the rest
+            self.dropped_bytes = existing.truncated_bytes
+        self.keys = existing.keys
+
+    def complete(self, problem_id: str, n: int) -> bool:
+        return all((problem_id, s) in self.keys for s in range(n))
+
+    def append(self, problem_id: str, completions: list[str], first_sample: int = 0) -> None:
+        rows = [
+            {"problem_id": problem_id, "sample": first_sample + i, "completion": c} for i, c in enumerate(completions)
+        ]
+        for row in rows:
+            key = (problem_id, row["sample"])
+            if key in self.keys:
+                raise SamplesError(f"{self.path}: sample {row['sample']} of problem {problem_id!r} is already written")
+        self._write(rows)
+        self.keys.update((problem_id, r["sample"]) for r in rows)
+
+    def _write(self, objs: list[dict]) -> None:
+        data = "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in objs).encode("utf-8")
+        if _is_gzip(self.path):
+            data = gzip.compress(data, mtime=0)
+        with open(self.path, "ab") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def write_samples(path: Path, header: dict, rows_by_problem: dict[str, list[str]]) -> None:
+    """A complete samples file in one go (converters); refuses to overwrite an existing file."""
+    if Path(path).exists():
+        raise SamplesError(f"{path}: already exists (nothing was overwritten)")
+    writer = SamplesWriter(path, header)
+    for problem_id, completions in rows_by_problem.items():
+        writer.append(problem_id, completions)
