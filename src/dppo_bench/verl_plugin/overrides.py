@@ -9,13 +9,15 @@ from __future__ import annotations
 from dppo_bench.config import MethodRecipe
 from dppo_bench.methods import get_mask
 from dppo_bench.verl_plugin.losses import NO_CAP
+from dppo_bench.verl_plugin.topk.fields import CUSTOM_KEY, VLLM_DEFAULT_MAX_LOGPROBS
 
 ACTOR = "actor_rollout_ref.actor"
 ROLLOUT_CORRECTION = "algorithm.rollout_correction"
 UNBOUNDED_IS_THRESHOLD = 1e12  # no truncation: rollout_is_weights = pi_old / mu exactly
+PAPER_TOPK = 20  # Sec. 4.3: K = 20, vLLM's default cap on returned log-probs
 
 
-def method_overrides(recipe: MethodRecipe, profile: str) -> list[str]:
+def method_overrides(recipe: MethodRecipe, profile: str, *, topk: int = PAPER_TOPK) -> list[str]:
     """Hydra overrides selecting ``recipe`` with the hyperparameters of ``profile``.
 
     Rollout anchor: bypass mode, so verl passes mu as ``old_log_prob`` and skips the recompute
@@ -43,4 +45,26 @@ def method_overrides(recipe: MethodRecipe, profile: str) -> list[str]:
             f"{ROLLOUT_CORRECTION}.rollout_is_batch_normalize=False",
         ]
     overrides += [f"{ROLLOUT_CORRECTION}.rollout_rs=null"]
+    if rule.needs_topk:
+        overrides += topk_overrides(topk)
+    return overrides
+
+
+def topk_overrides(k: int) -> list[str]:
+    """What a Top-K loss mode needs from verl besides the loss (see :mod:`dppo_bench.verl_plugin.topk`).
+
+    K rides in ``rollout.custom``, verl's free extension dict (unknown keys elsewhere are
+    rejected); vLLM's ``max_logprobs`` is raised when K exceeds its default of 20. Fused kernels
+    never materialise the logits the divergence is computed from, and only the v1 trainer
+    carries the kept set from the agent loop to the actor.
+    """
+    if k < 1:
+        raise ValueError(f"top-K needs K >= 1, got {k}")
+    overrides = [
+        f"++actor_rollout_ref.rollout.custom.{CUSTOM_KEY}={k}",
+        "actor_rollout_ref.model.use_fused_kernels=False",
+        "trainer.use_v1=True",
+    ]
+    if k > VLLM_DEFAULT_MAX_LOGPROBS:
+        overrides.append(f"++actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs={k}")
     return overrides

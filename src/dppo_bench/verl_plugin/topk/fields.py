@@ -20,10 +20,9 @@ TOPK_IDS = "rollout_topk_ids"  # int32 (response_len, K)
 TOPK_LOGPROBS = "rollout_topk_logprobs"  # float32 (response_len, K)
 RAW_KEY = "dppo_topk_raw"  # TokenOutput.extra_fields: per generated token, before alignment
 
-# Per-token divergences the trainer's forward adds to the engine's model_output.
+# Per-token divergences the trainer's forward adds to the engine's model_output; a loss mode
+# reads the one of its mask rule's ``topk_kind``.
 DIVERGENCE_KEYS = {"tv": "dppo_topk_tv", "kl": "dppo_topk_kl"}
-# The loss modes that mask on a top-K divergence, and which one.
-LOSS_KINDS = {"dppo_topk_tv": "tv", "dppo_topk_kl": "kl"}
 
 
 def rollout_topk_k(rollout_config: Mapping) -> int | None:

@@ -20,7 +20,8 @@ from types import ModuleType
 
 import torch
 
-from dppo_bench.verl_plugin.topk.fields import DIVERGENCE_KEYS, LOSS_KINDS
+from dppo_bench.methods import get_mask
+from dppo_bench.verl_plugin.topk.fields import DIVERGENCE_KEYS
 from dppo_bench.verl_plugin.topk.hooks import is_patched, mark_patched, require_parameters
 
 _CURRENT: ContextVar[torch.Tensor | None] = ContextVar("dppo_bench_topk_divergence", default=None)
@@ -31,6 +32,14 @@ def current_topk_divergence() -> torch.Tensor | None:
     return _CURRENT.get()
 
 
+def topk_kind(loss_mode: str) -> str | None:
+    """The top-K divergence a loss mode masks on: its mask rule's ``topk_kind``; None for others."""
+    try:
+        return get_mask(loss_mode).topk_kind
+    except KeyError:  # one of verl's own modes
+        return None
+
+
 def wrap_ppo_loss(original):
     if is_patched(original):
         return original
@@ -38,7 +47,7 @@ def wrap_ppo_loss(original):
 
     def ppo_loss(config, model_output, data, dp_group=None):
         mode = config.policy_loss.get("loss_mode", "vanilla")
-        kind = LOSS_KINDS.get(mode)
+        kind = topk_kind(mode)
         if kind is None:
             return original(config, model_output, data, dp_group)
         key = DIVERGENCE_KEYS[kind]

@@ -66,7 +66,7 @@ def log_normalizer(
     peak = all_reduce(rows.amax(dim=-1).float(), "max")
     total = torch.empty_like(peak)
     for start in range(0, rows.shape[0], chunk):
-        block = rows[start : start + chunk].float().sub_(peak[start : start + chunk, None])
+        block = rows[start : start + chunk].float() - peak[start : start + chunk, None]  # a copy: logits stay intact
         total[start : start + chunk] = block.exp_().sum(dim=-1)
     total = all_reduce(total, "sum")
     return (total.log() + peak).reshape(local_logits.shape[:-1])
