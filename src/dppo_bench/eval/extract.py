@@ -28,6 +28,7 @@ _BRACE_OR_ESCAPE = re.compile(r"\\.|[{}]", re.DOTALL)
 _ANSWER_LINE = re.compile(r"(?i)\banswer\b[ \t]*(?:\*\*|__)?[ \t]*[:：]")
 _ANSWER_PHRASE = re.compile(r"(?i)\b(?:final answer|the answer)[ \t]+is[ \t]*:?[ \t]*")
 _SENTENCE_END = re.compile(r"\.(?=\s|$)")
+_TOKEN = re.compile(r"[^\s$]+")
 _WRAPPERS = ("\\boxed", "\\fbox", "\\text", "\\textbf", "\\mathbf", "\\mathrm", "\\mbox", "\\textrm", "\\bm")
 _DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
 _SPACING = re.compile(r"\\[,!;: ]|~|\\quad|\\qquad|\\displaystyle")
@@ -76,7 +77,7 @@ def _last_box(text: str) -> tuple[int, Extraction] | None:
             content = text[i + 1 : end]
         else:
             # "\boxed 25": the TeX form without braces takes the next token
-            token = re.match(r"[^\s$]+", text[i:])
+            token = _TOKEN.match(text, i)
             if token is None:
                 continue
             content = token.group(0)
@@ -99,8 +100,7 @@ def _matching_braces(text: str, start: int) -> dict[int, int]:
 
 def _last_answer_line(text: str) -> tuple[int, Extraction] | None:
     for m in reversed(list(_ANSWER_LINE.finditer(text))):
-        rest = text[m.end() :]
-        content = _clean_markdown(rest.split("\n", 1)[0])
+        content = _clean_markdown(_rest_of_line(text, m.end()))
         if content:
             return m.start(), Extraction(content, "answer_line")
     return None
@@ -108,11 +108,16 @@ def _last_answer_line(text: str) -> tuple[int, Extraction] | None:
 
 def _last_answer_phrase(text: str) -> Extraction | None:
     for m in reversed(list(_ANSWER_PHRASE.finditer(text))):
-        sentence = _SENTENCE_END.split(text[m.end() :].split("\n", 1)[0], maxsplit=1)[0]
+        sentence = _SENTENCE_END.split(_rest_of_line(text, m.end()), maxsplit=1)[0]
         content = _clean_markdown(sentence)
         if content:
             return Extraction(content, "answer_phrase")
     return None
+
+
+def _rest_of_line(text: str, start: int) -> str:
+    end = text.find("\n", start)
+    return text[start : end if end >= 0 else len(text)]
 
 
 def _clean_markdown(s: str) -> str:

@@ -86,7 +86,8 @@ class GradingPool(VerifierPool):
     """
 
     def __init__(self, workers: int | None = None, *, timeout_s: int = DEFAULT_TIMEOUT_S, hard_timeout_s=None):
-        super().__init__(workers or default_workers(), timeout_s=timeout_s, hard_timeout_s=hard_timeout_s)
+        workers = default_workers() if workers is None else workers
+        super().__init__(workers, timeout_s=timeout_s, hard_timeout_s=hard_timeout_s)
 
     def grade(self, completion: str, answer: str, answer_type: str = "auto") -> Verdict:
         return self.grade_many([(completion, answer, answer_type)])[0]

@@ -28,11 +28,14 @@ PIPELINE_DEPTH = 2  # items queued per worker: the next one waits in the pipe wh
 LARGE_PAYLOAD = 8192  # characters; larger items go only to an idle worker (a full pipe would block the dispatcher)
 _WORKER_CMD = "import sys; from dppo_bench.eval.pool import serve; serve(int(sys.argv[1]), int(sys.argv[2]))"
 TIMEOUT_RESULT = (False, True)  # (correct, timeout) of an item the worker did not finish
+STARTUP_LIMIT_S = 120.0  # a worker that is not ready (interpreter + math-verify import) by then counts as crashed
 
 
 def serve(read_fd: int, write_fd: int) -> None:
     """A worker process's loop: items in order, on the main thread, so math-verify's SIGALRM timeouts fire."""
     inbox, outbox = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
+    verifier.check("1", "1", 5)  # import math-verify and parse once before the first item's clock starts
+    outbox.send(("ready", None))
     while True:
         try:
             task = inbox.recv()
@@ -72,11 +75,17 @@ class _Worker:
         self.outbox = Connection(to_child_w, readable=False)
         self.conn = Connection(from_child_r, writable=False)  # what the dispatcher waits on
         self.inflight: deque[_Task] = deque()
+        self.spawned = time.monotonic()
+        self.ready = False  # it has imported math-verify; until then no item's clock runs
         self.head_started = 0.0  # when the worker began the item at the head of ``inflight``
 
     @property
     def deadline(self) -> float:
-        return self.head_started + self.inflight[0].hard_limit_s if self.inflight else math.inf
+        if not self.inflight:
+            return math.inf
+        if not self.ready:
+            return self.spawned + STARTUP_LIMIT_S
+        return self.head_started + self.inflight[0].hard_limit_s
 
     def stop(self, kill: bool) -> None:
         if not kill:
@@ -174,13 +183,14 @@ class VerifierPool:
                 busy = [w for w in self._pool if w.inflight]
                 if self._closing and not busy and not self._queue:
                     return
+                watched = [w for w in self._pool if w.inflight or not w.ready]
             timeout = max(0.0, min(w.deadline for w in busy) - time.monotonic()) if busy else None
-            ready = wait([w.conn for w in busy] + [self._wake_r], timeout)
+            ready = wait([w.conn for w in watched] + [self._wake_r], timeout)
             if self._wake_r in ready:
                 while self._wake_r.poll():
                     self._wake_r.recv_bytes()
             with self._lock:
-                for w in busy:
+                for w in watched:
                     if w.conn in ready:
                         self._collect(w)
                     elif time.monotonic() >= w.deadline:
@@ -212,12 +222,18 @@ class VerifierPool:
                 self._respawn(w)
 
     def _collect(self, w: _Worker) -> None:
-        while w.inflight and w.conn.poll():
+        while (w.inflight or not w.ready) and w.conn.poll():
             try:
                 status, value = w.conn.recv()
-            except (EOFError, OSError):  # the worker crashed on its head item
-                self._fail(w)
+            except (EOFError, OSError):  # the worker crashed (on its head item, if it has one)
+                if w.inflight:
+                    self._fail(w)
+                else:
+                    self._respawn(w)
                 return
+            if status == "ready":
+                w.ready, w.head_started = True, time.monotonic()
+                continue
             task = w.inflight.popleft()
             w.head_started = time.monotonic()
             if status == "ok":

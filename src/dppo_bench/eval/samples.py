@@ -1,9 +1,9 @@
 """``samples.jsonl.gz``: a header line, then one row ``{"problem_id", "sample", "completion"}`` per completion.
 
-Append-only and resumable. Every append (one problem's samples) is written as its own gzip member (or, for plain
-``.jsonl``, as whole lines) and fsynced, so an interrupted write can only leave a truncated *last* member: the
-writer cuts it off when it reopens the file, keeps every complete row and the generator continues with what is
-missing. Reading decodes invalid UTF-8 with replacement characters (and counts the lines), so one bad byte in a
+Append-only and resumable. Every append (one problem's samples) is written as its own gzip member and fsynced,
+so an interrupted write can only leave a truncated *last* member: the writer cuts it off when it reopens the file,
+keeps every complete problem and the generator continues with what is missing. (Plain ``.jsonl`` is read, e.g.
+from other tools, but never written: lines give no such all-or-nothing unit.) Reading decodes invalid UTF-8 with replacement characters (and counts the lines), so one bad byte in a
 completion is scored on what remains rather than crashing the run.
 """
 
@@ -137,6 +137,8 @@ class SamplesWriter:
         self.header = {"format": FORMAT, **header}
         self.keys: set[tuple[str, int]] = set()
         self.dropped_bytes = 0
+        if not _is_gzip(self.path):
+            raise SamplesError(f"{self.path}: samples are written as .jsonl.gz (one gzip member per problem)")
         if self.path.exists():
             self._resume()
         else:
@@ -172,9 +174,7 @@ class SamplesWriter:
         self.keys.update((problem_id, r["sample"]) for r in rows)
 
     def _write(self, objs: list[dict]) -> None:
-        data = "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in objs).encode("utf-8")
-        if _is_gzip(self.path):
-            data = gzip.compress(data, mtime=0)
+        data = gzip.compress("".join(json.dumps(o, ensure_ascii=False) + "\n" for o in objs).encode(), mtime=0)
         with open(self.path, "ab") as f:
             f.write(data)
             f.flush()

@@ -1,0 +1,78 @@
+"""Final-answer extraction: the documented rules, integer reading, and linear time on pathological text."""
+
+import time
+
+import pytest
+
+from dppo_bench.eval.extract import as_integer, extract_answer, strip_delimiters
+
+
+@pytest.mark.parametrize(
+    "completion, text, rule",
+    [
+        ("so \\boxed{12} then \\boxed{\\frac{1}{2}}", "\\frac{1}{2}", "boxed"),
+        ("Answer: 7\nthen \\boxed{8}", "8", "boxed"),
+        ("\\boxed{8}\nAnswer: 7", "7", "answer_line"),
+        ("ANSWER : 7", "7", "answer_line"),
+        ("the final answer is $\\frac{3}{4}$. Done.", "\\frac{3}{4}", "answer_phrase"),
+        ("<think>Answer: 1</think>Answer: 2", "2", "answer_line"),
+        ("\\boxed{a}\\boxed{b", "a", "boxed"),
+        ("\\boxed{\\{1,2\\}}", "\\{1,2\\}", "boxed"),
+    ],
+)
+def test_extraction_rules(completion, text, rule):
+    got = extract_answer(completion)
+    assert (got.text, got.rule) == (text, rule)
+
+
+@pytest.mark.parametrize("completion", ["", "no answer here: 42", "<think>\\boxed{1}</think>", "\\boxed{", "Answer:"])
+def test_no_answer(completion):
+    assert extract_answer(completion) is None
+
+
+@pytest.mark.parametrize(
+    "answer, value",
+    [
+        ("025", 25),
+        ("$25$", 25),
+        ("\\text{ 25 }", 25),
+        ("1,000", 1000),
+        ("1{,}000", 1000),
+        ("25^{\\circ}", 25),
+        ("25\\%", 25),
+        ("204 minutes", 204),
+        ("x = 3", 3),
+        ("-7", -7),
+        ("12.00", 12),
+        ("\\boxed{\\textbf{9}}", 9),
+        ("12.5", None),
+        ("\\frac{50}{2}", None),
+        ("2,5", None),
+        ("5x", None),
+        ("1" * 100, None),
+    ],
+)
+def test_as_integer(answer, value):
+    assert as_integer(answer) == value
+
+
+def test_strip_delimiters_nested():
+    assert strip_delimiters(" $$ \\( 5 \\) $$ ") == "5"
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "\\boxed{" * 40_000,  # 280 kB of unbalanced boxes
+        "{" * 100_000 + "\\boxed{1}" + "}" * 100_000,
+        "answer: " * 25_000 + "Answer:",
+        "the answer is " * 15_000,
+        "Answer:\n" * 30_000,
+        "\\boxed $" * 30_000,
+        "The answer is .\n" * 20_000,
+    ],
+)
+def test_pathological_text_is_linear(completion):
+    t0 = time.perf_counter()
+    extract_answer(completion)
+    assert time.perf_counter() - t0 < 1.0
