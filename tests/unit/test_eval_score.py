@@ -1,0 +1,156 @@
+"""Scoring: hand-computed avg@n and pass@k end to end, and an error naming whatever is incomplete or unknown."""
+
+import gzip
+import json
+from math import comb
+from pathlib import Path
+
+import pytest
+
+from dppo_bench.cli import main
+from dppo_bench.eval.data import Problem, ProblemSet, load_problem_set, problems_sha256
+from dppo_bench.eval.samples import SamplesError, read_samples, write_samples
+from dppo_bench.eval.score import check_samples, score_samples
+from dppo_bench.eval.spec import load_benchmark
+
+FORMATS = json.loads((Path(__file__).parents[1] / "cases" / "scoring_formats.json").read_text())
+
+
+def completion(template: str, answer: str) -> str:
+    wrong = str((int(answer) + 1) % 1000)
+    return template.replace("{a03}", f"{int(answer):03d}").replace("{a}", answer).replace("{w}", wrong)
+
+
+def synthetic(problems: list[Problem], n: int, correct_counts: list[int]) -> dict[str, list[str]]:
+    """c_i right completions then n - c_i wrong ones, cycling through every format of the cases file."""
+    out = {}
+    for p, c in zip(problems, correct_counts, strict=True):
+        right = [completion(FORMATS["right"][j % len(FORMATS["right"])], p.answer) for j in range(c)]
+        wrong = [completion(FORMATS["wrong"][j % len(FORMATS["wrong"])], p.answer) for j in range(n - c)]
+        out[p.id] = right + wrong
+    return out
+
+
+def tiny_benchmark(n: int = 4):
+    problems = [Problem(f"q{i}", f"problem {i}", str(10 * i + 5)) for i in range(3)]
+    bench = load_benchmark("aime24").model_copy(update={"id": "tiny", "n": n})
+    return bench, ProblemSet(problems, problems_sha256(problems), "test", "local", None)
+
+
+def header(bench, problems):
+    return {"benchmark": bench.id, "data_sha256": problems.sha256, "model": {"path": "m"}, "sampling": {"n": bench.n}}
+
+
+def test_hand_computed_metrics(tmp_path):
+    bench, problems = tiny_benchmark(4)
+    path = tmp_path / "s.jsonl.gz"
+    write_samples(path, header(bench, problems), synthetic(problems.problems, 4, [0, 1, 4]))
+    scores = score_samples(bench, problems, read_samples(path), workers=1)
+    assert scores["avg@4"] == pytest.approx((0 + 1 / 4 + 1) / 3)
+    # pass@2: problem 1 has 1 of 4 right: 1 - C(3,2)/C(4,2) = 1/2; pass@4: 2 of 3 problems solved
+    assert scores["pass@k"] == pytest.approx({"1": 5 / 12, "2": (0 + 0.5 + 1) / 3, "4": 2 / 3})
+    assert [(p["problem_id"], p["n"], p["c"], p["timeouts"]) for p in scores["problems"]] == [
+        ("q0", 4, 0, 0),
+        ("q1", 4, 1, 0),
+        ("q2", 4, 4, 0),
+    ]
+    assert scores["ci"]["low"] <= scores["avg@4"] <= scores["ci"]["high"]
+    assert scores["verifier"]["name"] == "math-verify" and scores["verifier"]["version"] == "0.9.0"
+    assert scores["sampling"] == {"n": 4} and scores["timeouts"] == 0
+
+
+@pytest.mark.shared_data
+def test_dppo_bench_score_on_aime24(shared_data, tmp_path, capsys):
+    """30 AIME 2024 problems x 32 samples in every format; c_i = (7 i) mod 33 known by construction."""
+    bench = load_benchmark("aime24")
+    problems = load_problem_set(bench, source=shared_data)
+    counts = [(7 * i) % 33 for i in range(30)]
+    samples = tmp_path / "samples.jsonl.gz"
+    write_samples(samples, header(bench, problems), synthetic(problems.problems, 32, counts))
+    data = tmp_path / "aime24.problems.jsonl"
+    data.write_text("".join(json.dumps(p.row()) + "\n" for p in problems.problems))
+    out = tmp_path / "scores.json"
+    args = ["score", "--benchmark", "aime24", "--samples", str(samples), "--out", str(out), "--data", str(data)]
+    assert main([*args, "--workers", "2"]) == 0
+    scores = json.loads(out.read_text())
+    assert scores["avg@32"] == pytest.approx(sum(c / 32 for c in counts) / 30)
+    for k in (1, 2, 4, 8, 16, 32):
+        expected = sum(1 - comb(32 - c, k) / comb(32, k) for c in counts) / 30
+        assert scores["pass@k"][str(k)] == pytest.approx(expected)
+    assert [p["c"] for p in scores["problems"]] == counts
+    assert scores["data_pinned"] and scores["data_sha256"] == bench.sources.local.sha256
+    wrong = FORMATS["wrong"]
+    stating_none = sum(wrong[j % len(wrong)] in FORMATS["no_answer"] for c in counts for j in range(32 - c))
+    assert scores["no_answer"] == stating_none > 0
+    assert "avg@32 = " in capsys.readouterr().out
+
+
+def rows_file(tmp_path, bench, problems, rows, **header_changes):
+    """A samples file with exactly ``rows`` (problem_id, sample) written as they are (even if invalid)."""
+    path = tmp_path / "s.jsonl.gz"
+    write_samples(path, {**header(bench, problems), **header_changes}, {})
+    lines = "".join(json.dumps({"problem_id": p, "sample": s, "completion": "\\boxed{5}"}) + "\n" for p, s in rows)
+    with open(path, "ab") as f:
+        f.write(gzip.compress(lines.encode()))
+    return read_samples(path)
+
+
+ALL = [(f"q{i}", s) for i in range(3) for s in range(2)]
+
+
+@pytest.mark.parametrize(
+    "rows, message",
+    [
+        (ALL[:-1], r"fewer than n = 2 samples for 1 problem\(s\): q2 \(1 of 2\)"),
+        (ALL[:2], r"for 2 problem\(s\): q1 \(0 of 2\), q2 \(0 of 2\)"),
+        ([*ALL, ("q9", 0)], "problem_id 'q9' is not a problem of tiny"),
+        ([*ALL, ("q1", 1)], "duplicate sample 1 of problem 'q1'"),
+        ([*ALL, ("q1", 2)], r"problem 'q1' has sample 2, but n = 2 \(samples are 0..1\)"),
+    ],
+)
+def test_incomplete_or_unknown_samples_are_errors(tmp_path, rows, message):
+    bench, problems = tiny_benchmark(2)
+    samples = rows_file(tmp_path, bench, problems, rows)
+    with pytest.raises(SamplesError, match=message) as e:
+        check_samples(bench, problems, samples, 2)
+    assert str(samples.path) in str(e.value)
+
+
+def test_samples_of_another_benchmark_or_problem_set_are_refused(tmp_path):
+    bench, problems = tiny_benchmark(2)
+    with pytest.raises(SamplesError, match="header field 'benchmark' is 'aime25', not 'tiny'"):
+        check_samples(bench, problems, rows_file(tmp_path, bench, problems, ALL, benchmark="aime25"), 2)
+    (tmp_path / "s.jsonl.gz").unlink()
+    with pytest.raises(SamplesError, match="header field 'data_sha256' is 0+, but the problems"):
+        check_samples(bench, problems, rows_file(tmp_path, bench, problems, ALL, data_sha256="0" * 64), 2)
+
+
+def test_a_truncated_samples_file_is_an_error(tmp_path):
+    bench, problems = tiny_benchmark(2)
+    samples = rows_file(tmp_path, bench, problems, ALL)
+    with open(samples.path, "ab") as f:
+        f.write(b"\x1f\x8b\x08\x00partial")
+    with pytest.raises(SamplesError, match="bytes of an interrupted write"):
+        check_samples(bench, problems, read_samples(samples.path), 2)
+
+
+def test_pathological_and_invalid_utf8_samples_are_scored_wrong_with_timeouts(tmp_path):
+    bench, problems = tiny_benchmark(2)
+    path = tmp_path / "s.jsonl.gz"
+    write_samples(path, header(bench, problems), {})
+    bad = [
+        ("q0", 0, "\\boxed{9^{9^{9^9}}}"),
+        ("q0", 1, "\\boxed{" + "(" * 3000 + "1" + ")" * 3000 + "}"),
+        ("q1", 0, "x" * 200_000 + "\\boxed{15}"),
+        ("q1", 1, "\\boxed{15}"),
+        ("q2", 0, "\\boxed{25} \udcff"),
+        ("q2", 1, "\\boxed{\\frac{50}{2}}"),
+    ]
+    lines = "".join(json.dumps({"problem_id": p, "sample": s, "completion": c}) + "\n" for p, s, c in bad)
+    raw = lines.encode("utf-8", errors="surrogateescape").replace(b"\\udcff", b"\xff")
+    with open(path, "ab") as f:
+        f.write(gzip.compress(raw))
+    samples = read_samples(path)
+    scores = score_samples(bench, problems, samples, workers=2, timeout_s=1)
+    assert [(p["c"], p["timeouts"]) for p in scores["problems"]] == [(0, 2), (2, 0), (2, 0)]
+    assert scores["timeouts"] == 2 and scores["samples"]["invalid_utf8_lines"] == 1
