@@ -9,12 +9,8 @@ with ``topk_divergence`` on the full softmax of an HF forward of the same model;
 training step runs a Top-K loss mode end to end.
 """
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
+from test_topk_support import result_of, run_python
 
 ENGINE_CHECK = r"""
 import contextlib, json, os, sys, tempfile
@@ -160,16 +156,7 @@ print("RESULT" + json.dumps(out))
 
 @pytest.fixture(scope="module")
 def engine_run():
-    proc = subprocess.run(
-        [sys.executable, "-c", ENGINE_CHECK, "dppo_topk_tv"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "VERL_USE_EXTERNAL_PLUGINS": "auto"},
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
-    return json.loads(line[len("RESULT") :])
+    return result_of(run_python(ENGINE_CHECK, "dppo_topk_tv", VERL_USE_EXTERNAL_PLUGINS="auto"))
 
 
 @pytest.mark.slow

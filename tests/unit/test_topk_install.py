@@ -1,14 +1,11 @@
 """The Top-K patches: applied on import in any process, once, and only on the pinned verl."""
 
-import json
-import os
-import subprocess
 import sys
-import textwrap
 import types
 
 import pytest
 import verl
+from test_topk_support import result_of, run_python
 
 from dppo_bench.verl_plugin.topk import fsdp, hooks, install
 from dppo_bench.verl_plugin.topk.hooks import PatchError, require_parameters, when_imported
@@ -114,27 +111,13 @@ except RuntimeError as err:
 """
 
 
-def run(code, **env):
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **env},
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
-
-
 def test_a_plain_import_verl_patches_every_module_it_then_imports():
-    proc = run(FRESH, VERL_USE_EXTERNAL_PLUGINS="auto", VERL_USE_EXTERNAL_MODULES="")
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
-    out = json.loads(line[len("RESULT") :])
+    out = result_of(run_python(FRESH, VERL_USE_EXTERNAL_PLUGINS="auto", VERL_USE_EXTERNAL_MODULES=""))
     assert out == {"fsdp": True, "ppo_loss": True, "single_turn": True, "padding": True, "vllm_imported": False}
 
 
 def test_the_plugin_fails_loudly_on_another_verl():
-    proc = run(WRONG_VERSION, VERL_USE_EXTERNAL_PLUGINS="none", VERL_USE_EXTERNAL_MODULES="")
+    proc = run_python(WRONG_VERSION, VERL_USE_EXTERNAL_PLUGINS="none", VERL_USE_EXTERNAL_MODULES="")
     assert "RAISED VerlVersionError" in proc.stdout
     assert "installed verl is 0.9.2" in proc.stderr  # logged at error level: verl hides plugin import errors
     assert "LOSS loss mode 'dppo_topk_tv': dppo-bench's Top-K patches target verl 0.9.1" in proc.stdout

@@ -7,13 +7,11 @@ vLLM cannot be installed here. The conversion is tested on objects shaped like v
 """
 
 import json
-import os
-import subprocess
-import sys
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from test_topk_support import result_of, run_python
 
 from dppo_bench.verl_plugin.topk.rollout import check_request, kept_set_from_completion
 
@@ -170,16 +168,7 @@ print("RESULT" + json.dumps({
 
 
 def run_server(k):
-    proc = subprocess.run(
-        [sys.executable, "-c", SERVER_CHECK, json.dumps(k)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "VERL_USE_EXTERNAL_PLUGINS": "auto"},
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
-    return json.loads(line[len("RESULT") :])
+    return result_of(run_python(SERVER_CHECK, json.dumps(k), VERL_USE_EXTERNAL_PLUGINS="auto"))
 
 
 @pytest.mark.slow

@@ -26,7 +26,7 @@ import torch
 
 from dppo_bench.divergence import LOG_FLOOR
 from dppo_bench.verl_plugin.topk.fields import RAW_KEY, TOPK_IDS, TOPK_LOGPROBS, rollout_topk_k
-from dppo_bench.verl_plugin.topk.hooks import is_patched, mark_patched, require_parameters
+from dppo_bench.verl_plugin.topk.hooks import wrap
 
 
 def filler_rows(n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -52,12 +52,20 @@ def align_to_response(raw: dict, response_ids: list[int], response_mask: list[in
 
 def patch_single_turn(module: ModuleType) -> None:
     """Wrap ``SingleTurnAgentLoop.run`` of verl's single-turn agent loop module."""
-    cls = module.SingleTurnAgentLoop
-    original = cls.run
-    if is_patched(original):
-        return
-    require_parameters(original, ("self", "sampling_params"))
+    wrap(module.SingleTurnAgentLoop, "run", ("self", "sampling_params"), aligning_kept_set)
 
+
+def patch_output(module: ModuleType) -> None:
+    """Wrap ``AgentLoopOutput.as_dict`` of verl's agent loop module."""
+    wrap(module.AgentLoopOutput, "as_dict", ("self",), with_kept_set_tensors)
+
+
+def patch_padding_template(module: ModuleType) -> None:
+    """Wrap ``construct_minimal_padding_template`` of verl's ``padding_utils``."""
+    wrap(module, "construct_minimal_padding_template", ("source_td", "source_tag", "eos_token_id"), with_filler_rows)
+
+
+def aligning_kept_set(original):
     async def run(self, sampling_params, *args, **kwargs):
         output = await original(self, sampling_params, *args, **kwargs)
         k = rollout_topk_k(self.rollout_config)
@@ -76,17 +84,10 @@ def patch_single_turn(module: ModuleType) -> None:
         output.extra_fields[TOPK_IDS], output.extra_fields[TOPK_LOGPROBS] = ids, logprobs
         return output
 
-    cls.run = mark_patched(run, original)
+    return run
 
 
-def patch_output(module: ModuleType) -> None:
-    """Wrap ``AgentLoopOutput.as_dict`` of verl's agent loop module."""
-    cls = module.AgentLoopOutput
-    original = cls.as_dict
-    if is_patched(original):
-        return
-    require_parameters(original, ("self",))
-
+def with_kept_set_tensors(original):
     def as_dict(self):
         output = original(self)
         extra = output["extra_fields"]
@@ -100,16 +101,10 @@ def patch_output(module: ModuleType) -> None:
             output[TOPK_LOGPROBS] = torch.from_numpy(np.ascontiguousarray(extra.pop(TOPK_LOGPROBS)))
         return output
 
-    cls.as_dict = mark_patched(as_dict, original)
+    return as_dict
 
 
-def patch_padding_template(module: ModuleType) -> None:
-    """Wrap ``construct_minimal_padding_template`` of verl's ``padding_utils``."""
-    original = module.construct_minimal_padding_template
-    if is_patched(original):
-        return
-    require_parameters(original, ("source_td", "source_tag", "eos_token_id"))
-
+def with_filler_rows(original):
     def construct_minimal_padding_template(source_td, source_tag, eos_token_id):
         sample, tag = original(source_td, source_tag, eos_token_id)
         if TOPK_IDS in sample:
@@ -117,4 +112,4 @@ def patch_padding_template(module: ModuleType) -> None:
             sample[TOPK_IDS], sample[TOPK_LOGPROBS] = torch.from_numpy(ids), torch.from_numpy(logprobs)
         return sample, tag
 
-    module.construct_minimal_padding_template = mark_patched(construct_minimal_padding_template, original)
+    return construct_minimal_padding_template

@@ -20,7 +20,7 @@ import torch
 from tensordict import TensorDict
 
 from dppo_bench.verl_plugin.topk.fields import DIVERGENCE_KEYS, TOPK_IDS
-from dppo_bench.verl_plugin.topk.hooks import is_patched, mark_patched, require_parameters
+from dppo_bench.verl_plugin.topk.hooks import wrap
 from dppo_bench.verl_plugin.topk.layout import packed_kept_set, sequence_parallel_slice
 from dppo_bench.verl_plugin.topk.reduce import divergences_from_gathered, logits_at
 
@@ -86,12 +86,15 @@ def local_rows(engine, micro_batch: TensorDict, ids: torch.Tensor) -> torch.Tens
 
 def patch_engine(module: ModuleType) -> None:
     """Wrap ``FSDPEngineWithLMHead.prepare_model_outputs`` of verl's FSDP engine module."""
-    cls = module.FSDPEngineWithLMHead
-    original = cls.prepare_model_outputs
-    if is_patched(original):
-        return
-    require_parameters(original, ("self", "output", "output_args", "micro_batch", "logits_processor_func"))
+    wrap(
+        module.FSDPEngineWithLMHead,
+        "prepare_model_outputs",
+        ("self", "output", "output_args", "micro_batch", "logits_processor_func"),
+        with_topk_outputs,
+    )
 
+
+def with_topk_outputs(original):
     def prepare_model_outputs(self, output, output_args, micro_batch, logits_processor_func):
         if logits_processor_func is None or TOPK_IDS not in micro_batch.keys():
             return original(self, output, output_args, micro_batch, logits_processor_func)
@@ -111,4 +114,4 @@ def patch_engine(module: ModuleType) -> None:
             model_output[DIVERGENCE_KEYS[kind]] = torch.nested.nested_tensor_from_jagged(values, offsets)
         return model_output
 
-    cls.prepare_model_outputs = mark_patched(prepare_model_outputs, original)
+    return prepare_model_outputs

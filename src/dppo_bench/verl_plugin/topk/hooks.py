@@ -36,9 +36,23 @@ def mark_patched(wrapper, original):
 
 def require_parameters(fn: Callable, names: tuple[str, ...]) -> None:
     """Fail loudly unless ``fn`` takes exactly these leading parameters."""
+    if not names:
+        return
     found = tuple(inspect.signature(fn).parameters)[: len(names)]
     if found != names:
         raise PatchError(f"{fn.__module__}.{fn.__qualname__} takes {found}, expected {names}: not verl 0.9.1's code")
+
+
+def wrap(owner: object, name: str, parameters: tuple[str, ...], make_wrapper: Callable[[Callable], Callable]) -> None:
+    """Replace ``owner.name`` (a module's function or a class's method) by ``make_wrapper(original)``.
+
+    Once: a name already wrapped is left alone. The original must take ``parameters`` first.
+    """
+    original = getattr(owner, name)
+    if is_patched(original):
+        return
+    require_parameters(original, parameters)
+    setattr(owner, name, mark_patched(make_wrapper(original), original))
 
 
 class _Loader(importlib.abc.Loader):

@@ -22,7 +22,7 @@ import torch
 
 from dppo_bench.methods import get_mask
 from dppo_bench.verl_plugin.topk.fields import DIVERGENCE_KEYS
-from dppo_bench.verl_plugin.topk.hooks import is_patched, mark_patched, require_parameters
+from dppo_bench.verl_plugin.topk.hooks import wrap
 
 _CURRENT: ContextVar[torch.Tensor | None] = ContextVar("dppo_bench_topk_divergence", default=None)
 
@@ -40,11 +40,7 @@ def topk_kind(loss_mode: str) -> str | None:
         return None
 
 
-def wrap_ppo_loss(original):
-    if is_patched(original):
-        return original
-    require_parameters(original, ("config", "model_output", "data", "dp_group"))
-
+def with_topk_divergence(original):
     def ppo_loss(config, model_output, data, dp_group=None):
         mode = config.policy_loss.get("loss_mode", "vanilla")
         kind = topk_kind(mode)
@@ -66,9 +62,9 @@ def wrap_ppo_loss(original):
         finally:
             _CURRENT.reset(token)
 
-    return mark_patched(ppo_loss, original)
+    return ppo_loss
 
 
 def patch_ppo_loss(module: ModuleType) -> None:
     """Rebind ``module.ppo_loss`` (verl's losses module, or one that imported the name) to the wrapper."""
-    module.ppo_loss = wrap_ppo_loss(module.ppo_loss)
+    wrap(module, "ppo_loss", ("config", "model_output", "data", "dp_group"), with_topk_divergence)

@@ -23,7 +23,7 @@ import torch
 from tensordict import TensorDict
 
 from dppo_bench.verl_plugin.topk.fields import DIVERGENCE_KEYS, TOPK_IDS
-from dppo_bench.verl_plugin.topk.hooks import is_patched, mark_patched, require_parameters
+from dppo_bench.verl_plugin.topk.hooks import wrap
 from dppo_bench.verl_plugin.topk.layout import packed_kept_set
 from dppo_bench.verl_plugin.topk.reduce import AllReduce, divergences_from_gathered, logits_at, torch_all_reduce
 
@@ -98,12 +98,15 @@ def check_supported(engine, distillation_use_topk: bool) -> None:
 
 def patch_engine(module: ModuleType) -> None:
     """Wrap ``MegatronEngineWithLMHead._lm_head_logits_processor`` of verl's Megatron engine module."""
-    cls = module.MegatronEngineWithLMHead
-    original = cls._lm_head_logits_processor
-    if is_patched(original):
-        return
-    require_parameters(original, ("self", "logits", "label", "temperature"))
+    wrap(
+        module.MegatronEngineWithLMHead,
+        "_lm_head_logits_processor",
+        ("self", "logits", "label", "temperature"),
+        with_topk_outputs,
+    )
 
+
+def with_topk_outputs(original):
     def _lm_head_logits_processor(self, logits, label, temperature, **kwargs):
         batch = kwargs["batch"]
         if kwargs["logits_processor_func"] is None or TOPK_IDS not in batch.keys():
@@ -127,4 +130,4 @@ def patch_engine(module: ModuleType) -> None:
         ret.update({DIVERGENCE_KEYS[kind]: values for kind, values in divergences.items()})
         return ret
 
-    cls._lm_head_logits_processor = mark_patched(_lm_head_logits_processor, original)
+    return _lm_head_logits_processor

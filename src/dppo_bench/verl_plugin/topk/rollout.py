@@ -31,7 +31,7 @@ import torch
 
 from dppo_bench.divergence import kept_token_set
 from dppo_bench.verl_plugin.topk.fields import CUSTOM_KEY, RAW_KEY, VLLM_DEFAULT_MAX_LOGPROBS, rollout_topk_k
-from dppo_bench.verl_plugin.topk.hooks import is_patched, mark_patched, require_parameters
+from dppo_bench.verl_plugin.topk.hooks import wrap
 
 _REQUEST_K: ContextVar[int | None] = ContextVar("dppo_bench_topk_request", default=None)
 
@@ -91,38 +91,42 @@ def check_request(k: int, rollout_config: Mapping, sampling_params: Mapping) -> 
 
 def patch_vllm_server(module: ModuleType) -> None:
     """Patch verl's vLLM server module (see the module docstring)."""
-    cls = module.vLLMHttpServer
-    original_generate = cls.generate
-    if is_patched(original_generate):
-        return
-    require_parameters(original_generate, ("self", "prompt_ids", "sampling_params", "request_id"))
-    require_parameters(module.extract_prompt_logprobs, ("output", "num_prompt_logprobs", "result_dict"))
-    sampling_params_cls, original_extract = module.SamplingParams, module.extract_prompt_logprobs
+    wrap(module.vLLMHttpServer, "generate", ("self", "prompt_ids", "sampling_params", "request_id"), marking_requests)
+    wrap(module, "SamplingParams", (), asking_for_top_k)
+    wrap(module, "extract_prompt_logprobs", ("output", "num_prompt_logprobs", "result_dict"), recording_kept_set)
 
+
+def marking_requests(original):
     async def generate(self, prompt_ids, sampling_params, request_id, *args, **kwargs):
         k = rollout_topk_k(self.config)
         if k is None:
-            return await original_generate(self, prompt_ids, sampling_params, request_id, *args, **kwargs)
+            return await original(self, prompt_ids, sampling_params, request_id, *args, **kwargs)
         check_request(k, self.config, sampling_params)
         token = _REQUEST_K.set(k)
         try:
-            return await original_generate(self, prompt_ids, sampling_params, request_id, *args, **kwargs)
+            return await original(self, prompt_ids, sampling_params, request_id, *args, **kwargs)
         finally:
             _REQUEST_K.reset(token)
 
+    return generate
+
+
+def asking_for_top_k(sampling_params_cls):
     def sampling_params(*args, **kwargs):
         k = _REQUEST_K.get()
         if k is not None:
             kwargs["logprobs"] = k
         return sampling_params_cls(*args, **kwargs)
 
+    return sampling_params
+
+
+def recording_kept_set(original):
     def extract_prompt_logprobs(output, num_prompt_logprobs, result_dict):
-        original_extract(output=output, num_prompt_logprobs=num_prompt_logprobs, result_dict=result_dict)
+        original(output=output, num_prompt_logprobs=num_prompt_logprobs, result_dict=result_dict)
         k = _REQUEST_K.get()
         if k is not None and output.outputs:
             completion = output.outputs[0]
             result_dict[RAW_KEY] = kept_set_from_completion(completion.token_ids, completion.logprobs, k)
 
-    module.SamplingParams = mark_patched(sampling_params, sampling_params_cls)
-    module.extract_prompt_logprobs = mark_patched(extract_prompt_logprobs, original_extract)
-    cls.generate = mark_patched(generate, original_generate)
+    return extract_prompt_logprobs
