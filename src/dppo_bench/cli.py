@@ -13,7 +13,7 @@ import sys
 
 from dppo_bench.config import ConfigError
 
-COMMAND_MODULES = ["methods", "data", "eval", "score"]
+COMMAND_MODULES = ["methods", "data", "eval", "score", "tiny", "train", "evaluate", "aggregate"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
 
@@ -135,8 +136,13 @@ def load_method(path: Path) -> MethodRecipe:
     return validate(MethodRecipe, {"id": path.stem, **data}, path)
 
 
+def _as_path(id_or_path: str, directory: Path) -> Path:
+    """A recipe id names ``<directory>/<id>.yaml``; anything ending in .yaml is a path of its own."""
+    return Path(id_or_path) if id_or_path.endswith(".yaml") else directory / f"{id_or_path}.yaml"
+
+
 def find_method(method_id: str, methods_dir: Path = METHODS_DIR) -> MethodRecipe:
-    path = methods_dir / f"{method_id}.yaml"
+    path = _as_path(method_id, methods_dir)
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in methods_dir.glob("*.yaml")))
         raise ConfigError(path, "", f"unknown method {method_id!r}; known: {known}")
@@ -145,3 +151,246 @@ def find_method(method_id: str, methods_dir: Path = METHODS_DIR) -> MethodRecipe
 
 def load_methods(methods_dir: Path = METHODS_DIR) -> dict[str, MethodRecipe]:
     return {p.stem: load_method(p) for p in sorted(methods_dir.glob("*.yaml"))}
+
+
+SETTINGS_DIR = REPO_ROOT / "recipes" / "settings"
+PositiveInt = Annotated[int, Field(gt=0)]
+PositiveFloat = Annotated[float, Field(gt=0.0)]
+
+
+class TrainSpec(Strict):
+    """The RL schedule, shared by both backends (paper Table 1 / App. C names in comments)."""
+
+    steps: PositiveInt  # policy iterations
+    prompts_per_step: PositiveInt  # train batch size (prompts)
+    responses_per_prompt: PositiveInt  # rollout.n
+    mini_batches: PositiveInt  # optimizer updates per rollout batch
+    lr: PositiveFloat
+    temperature: PositiveFloat = 1.0  # rollout temperature
+    max_prompt_length: PositiveInt
+    max_response_length: PositiveInt
+    save_every: PositiveInt  # checkpoint (and evaluation) interval in steps
+    grad_clip: PositiveFloat = 1.0
+    weight_decay: Annotated[float, Field(ge=0.0)] = 0.0
+
+    @model_validator(mode="after")
+    def _check_batches(self) -> TrainSpec:
+        if (self.prompts_per_step * self.responses_per_prompt) % self.mini_batches:
+            raise _FieldError("mini_batches", "must divide prompts_per_step * responses_per_prompt")
+        return self
+
+
+class EvalSpec(Strict):
+    benchmarks: list[str] = Field(min_length=1)
+    every: PositiveInt  # evaluate every this many steps (a multiple of train.save_every)
+
+
+class TinyArch(Strict):
+    """LlamaConfig fields of the tiny model."""
+
+    hidden_size: PositiveInt
+    intermediate_size: PositiveInt
+    num_hidden_layers: PositiveInt
+    num_attention_heads: PositiveInt
+    num_key_value_heads: PositiveInt
+    max_position_embeddings: PositiveInt
+
+
+class TinyTask(Strict):
+    seed: int
+    n_train: PositiveInt
+    n_heldout: PositiveInt
+    max_operand: PositiveInt
+    min_operands: Annotated[int, Field(ge=2)]
+    max_operands: Annotated[int, Field(ge=2)]
+
+
+class Pretrain(Strict):
+    seed: int
+    steps: PositiveInt
+    batch_size: PositiveInt
+    lr: PositiveFloat
+    warmup_steps: Annotated[int, Field(ge=0)]
+    corrupt_frac: Annotated[float, Field(ge=0.0, le=1.0)]  # share of solutions with one wrong step
+
+
+class LocalSpec(Strict):
+    """The local backend: tiny model, task, base-model pretraining and the rollout engine."""
+
+    model: TinyArch
+    task: TinyTask
+    pretrain: Pretrain
+    # The rollout engine's numeric path: bf16 = weights and compute in bf16 (an inference engine's kernels);
+    # bf16_weights = weights rounded to bf16, compute in fp32 (5x faster on CPUs without bf16 units);
+    # fp32 = the trainer's own numerics (the no-mismatch control).
+    rollout_precision: Literal["bf16", "bf16_weights", "fp32"]
+    logit_noise: Annotated[float, Field(ge=0.0)]  # std of Gaussian noise on the engine's logits
+    top_k: PositiveInt  # size of mu's kept set recorded for the Top-K methods
+    threads: PositiveInt = 1  # torch threads per run
+
+
+class Setting(Strict):
+    """``recipes/settings/<id>.yaml``: one training setting (model x data x budget x engine)."""
+
+    id: str
+    display_name: str
+    paper: str
+    backend: Literal["local", "verl"]
+    hyperparameter_profile: str  # which profile of each method recipe this setting uses
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+    seeds: list[int] = Field(min_length=1)
+    train: TrainSpec
+    eval: EvalSpec
+    local: LocalSpec | None = None
+
+    @model_validator(mode="after")
+    def _check_backend(self) -> Setting:
+        if not ID_PATTERN.match(self.id):
+            raise ValueError(f"id {self.id!r} must match [a-z0-9_]+")
+        if self.backend == "local" and self.local is None:
+            raise _FieldError("local", "a local-backend setting needs a 'local' section")
+        if self.eval.every % self.train.save_every:
+            raise _FieldError("eval.every", "must be a multiple of train.save_every (evaluation reads checkpoints)")
+        return self
+
+    def sha256(self) -> str:
+        return canonical_sha256(self.model_dump(mode="json"))
+
+    def eval_steps(self) -> list[int]:
+        """Steps whose checkpoints are evaluated: 0 (the base model), then every eval.every."""
+        return [0, *range(self.eval.every, self.train.steps + 1, self.eval.every)]
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def setting_data(path: Path, _seen: tuple[Path, ...] = ()) -> dict:
+    """A setting's yaml with ``extends: <parent id>`` resolved: the parent's values, overridden key by key."""
+    data = read_yaml(path)
+    if "id" in data:
+        raise ConfigError(path, "id", "the id is the file name; do not set it")
+    parent = data.pop("extends", None)
+    if parent is None:
+        return data
+    parent_path = path.parent / f"{parent}.yaml"
+    if not parent_path.is_file() or parent_path in _seen:
+        raise ConfigError(path, "extends", f"no setting {parent!r} to extend" if not parent_path.is_file() else "cycle")
+    return _deep_merge(setting_data(parent_path, (*_seen, path)), data)
+
+
+def load_setting(path: Path) -> Setting:
+    return validate(Setting, {"id": path.stem, **setting_data(path)}, path)
+
+
+def find_setting(setting_id: str, settings_dir: Path = SETTINGS_DIR) -> Setting:
+    path = _as_path(setting_id, settings_dir)
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in settings_dir.glob("*.yaml")))
+        raise ConfigError(path, "", f"unknown setting {setting_id!r}; known: {known}")
+    return load_setting(path)
+
+
+EXPERIMENTS_DIR = REPO_ROOT / "experiments"
+
+
+class RunGroup(Strict):
+    """Runs of several methods in one setting; ``label`` formats each curve's name."""
+
+    setting: str
+    methods: list[str] = Field(min_length=1)
+    label: str = "{display_name}"  # fields: display_name, method, setting
+    dashed: bool = False
+
+
+class Panel(Strict):
+    title: str
+    metrics: list[str] = Field(min_length=1)  # one curve per run and metric (e.g. max and min of pi - mu)
+    smooth: Annotated[float, Field(ge=0.0)] = 0.0  # Gaussian sigma in logged points; the paper: 2, AIME: 0
+    ylabel: str | None = None
+    setting: str | None = None  # only the runs of this setting (side-by-side panels per setting)
+
+
+class Column(Strict):
+    """A table column: one statistic of one metric over a run's steps."""
+
+    title: str
+    metric: str
+    stat: Literal["final", "peak", "min", "mean"]
+
+
+class Experiment(Strict):
+    """``experiments/<id>.yaml``: one paper item (figure or table) as data."""
+
+    id: str
+    title: str
+    paper_item: str  # e.g. "Fig. 3", or "ours" for items the paper does not have
+    description: str
+    runs: list[RunGroup] = Field(min_length=1)
+    seeds: list[int] | None = None  # default: each setting's seeds
+    panels: list[Panel] = []
+    columns: list[Column] = []
+    panel_columns: PositiveInt = 4  # figure layout: panels per row
+
+    @model_validator(mode="after")
+    def _check(self) -> Experiment:
+        if not ID_PATTERN.match(self.id):
+            raise ValueError(f"id {self.id!r} must match [a-z0-9_]+")
+        if not self.panels and not self.columns:
+            raise _FieldError("panels", "an experiment needs panels (a figure) or columns (a table)")
+        return self
+
+    def run_keys(self, seeds_of: Callable[[str], list[int]]) -> list[tuple[str, str, int]]:
+        """(setting, method, seed) of every run, in the order the yaml lists them."""
+        keys = []
+        for group in self.runs:
+            for method in group.methods:
+                for seed in self.seeds if self.seeds is not None else seeds_of(group.setting):
+                    keys.append((group.setting, method, seed))
+        return keys
+
+
+def load_experiment(path: Path) -> Experiment:
+    data = read_yaml(path)
+    if "id" in data:
+        raise ConfigError(path, "id", "the id is the file name; do not set it")
+    experiment = validate(Experiment, {"id": path.stem, **data}, path)
+    for i, group in enumerate(experiment.runs):
+        if not (SETTINGS_DIR / f"{group.setting}.yaml").is_file():
+            raise ConfigError(path, f"runs.{i}.setting", f"unknown setting {group.setting!r}")
+        for j, method in enumerate(group.methods):
+            if not (METHODS_DIR / f"{method}.yaml").is_file():
+                raise ConfigError(path, f"runs.{i}.methods.{j}", f"unknown method {method!r}")
+    return experiment
+
+
+def find_experiment(experiment_id: str, experiments_dir: Path = EXPERIMENTS_DIR) -> Experiment:
+    path = experiments_dir / f"{experiment_id}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in experiments_dir.glob("*.yaml")))
+        raise ConfigError(path, "", f"unknown experiment {experiment_id!r}; known: {known}")
+    return load_experiment(path)
+
+
+def base_setting_id(setting_id: str, settings_dir: Path = SETTINGS_DIR) -> str:
+    """The setting whose base model and task data a local setting shares: the nearest ancestor (through
+    ``extends``) with the same model, task and pretraining. The base model is then built once."""
+    path = settings_dir / f"{setting_id}.yaml"
+    parent = read_yaml(path).get("extends")
+    if parent is None:
+        return setting_id
+    own, theirs = find_setting(setting_id, settings_dir).local, find_setting(parent, settings_dir).local
+    same = (
+        own is not None
+        and theirs is not None
+        and (own.model, own.task, own.pretrain)
+        == (
+            theirs.model,
+            theirs.task,
+            theirs.pretrain,
+        )
+    )
+    return base_setting_id(parent, settings_dir) if same else setting_id

@@ -15,13 +15,17 @@ Numerical safety: probabilities of exactly 0 or 1, ``-inf`` log-probs and bf16 i
 finite results. Log-probabilities are floored at ``LOG_FLOOR`` and bucket masses at
 ``MASS_FLOOR`` (the paper's code clamps rest masses at 1e-12 too), so a divergence against a
 token that pi gives zero mass is large but finite.
+
+The module calls tensor methods only and imports torch just for type hints, so that the config
+layer (which validates mask rules) loads without torch: ``snakemake -n`` stays fast.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 Kind = Literal["tv", "kl"]
 
@@ -38,14 +42,14 @@ def _rest(logp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
     Computed from logsumexp with expm1, so it stays accurate when the kept mass is close to 1.
     """
-    log_kept = torch.logsumexp(logp, dim=-1).clamp(max=0.0)
-    rest = -torch.expm1(log_kept)
-    return rest, torch.log(rest.clamp(min=MASS_FLOOR))
+    log_kept = logp.logsumexp(dim=-1).clamp(max=0.0)
+    rest = -log_kept.expm1()
+    return rest, rest.clamp(min=MASS_FLOOR).log()
 
 
 def _kl_terms(p: torch.Tensor, logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
     """p * (log p - log q), with 0 * log 0 = 0."""
-    return torch.where(p > 0, p * (logp - logq), torch.zeros_like(p))
+    return (p * (logp - logq)).where(p > 0, 0.0)
 
 
 def binary_tv(mu_logprob: torch.Tensor, pi_logprob: torch.Tensor) -> torch.Tensor:
@@ -70,7 +74,7 @@ def binary_kl(
     p = mu_lp.exp() if p is None else p.float()
     q = pi_lp.exp() if q is None else q.float()
     p_rest = 1.0 - p
-    log_ratio_rest = torch.log(p_rest.clamp(min=MASS_FLOOR)) - torch.log((1.0 - q).clamp(min=MASS_FLOOR))
+    log_ratio_rest = p_rest.clamp(min=MASS_FLOOR).log() - (1.0 - q).clamp(min=MASS_FLOOR).log()
     return (p * (mu_lp - pi_lp) + p_rest * log_ratio_rest).clamp(min=0.0)
 
 
@@ -125,17 +129,17 @@ def kept_token_set(
     Shapes: ``topk_*`` (..., K) sorted by descending mu; ``sampled_*`` (...).
     """
     hit = (topk_ids == sampled_ids.unsqueeze(-1)).any(-1, keepdim=True)
-    last = torch.zeros_like(topk_ids, dtype=torch.bool)
+    last = topk_ids.new_zeros(topk_ids.shape, dtype=hit.dtype)
     last[..., -1] = True
-    replace = last & ~hit
-    ids = torch.where(replace, sampled_ids.unsqueeze(-1).to(topk_ids.dtype), topk_ids)
-    logprobs = torch.where(replace, sampled_logprobs.unsqueeze(-1).to(topk_logprobs.dtype), topk_logprobs)
+    keep = ~last | hit
+    ids = topk_ids.where(keep, sampled_ids.unsqueeze(-1).to(topk_ids.dtype))
+    logprobs = topk_logprobs.where(keep, sampled_logprobs.unsqueeze(-1).to(topk_logprobs.dtype))
     return ids, logprobs
 
 
 def topk_of_logits(logits: torch.Tensor, k: int, sampled_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """mu's kept set from full logits (local rollout engine): ids and log-probs, (..., K)."""
-    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    logprobs = logits.float().log_softmax(dim=-1)
     top_lp, top_ids = logprobs.topk(k, dim=-1)
     sampled_lp = logprobs.gather(-1, sampled_ids.unsqueeze(-1)).squeeze(-1)
     return kept_token_set(top_ids, top_lp, sampled_ids, sampled_lp)

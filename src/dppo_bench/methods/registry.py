@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 Anchor = Literal["rollout", "recompute"]
 ThresholdKind = Literal["delta", "eps", "none"]
@@ -57,7 +58,7 @@ class Tokens:
         return self.advantages < 0
 
 
-MaskFn = Callable[[Tokens, float, float], torch.Tensor]
+MaskFn = Callable[[Tokens, float, float], "torch.Tensor"]
 
 
 @dataclass(frozen=True)

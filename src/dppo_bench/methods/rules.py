@@ -7,11 +7,13 @@ masked: their gradient is zero, and counting them would blur the masked fraction
 from __future__ import annotations
 
 import math
-
-import torch
+from typing import TYPE_CHECKING
 
 from dppo_bench import divergence
 from dppo_bench.methods.registry import Tokens, register_mask
+
+if TYPE_CHECKING:  # tensor methods only at run time: importing the rules needs no torch
+    import torch
 
 
 def _moving_away(t: Tokens, div: torch.Tensor, low: float, high: float) -> torch.Tensor:
@@ -53,7 +55,7 @@ def topk(t: Tokens, low: float, high: float) -> torch.Tensor:
 @register_mask("pg_tis", anchors=("rollout",), thresholds="none")
 def no_mask(t: Tokens, low: float, high: float) -> torch.Tensor:
     """PG-IS and PG-TIS (CISPO): no trust region; they differ only in the cap C."""
-    return torch.zeros_like(t.up)
+    return t.up.new_zeros(t.up.shape)
 
 
 @register_mask("grpo_clip_higher", anchors=("rollout",), thresholds="eps")

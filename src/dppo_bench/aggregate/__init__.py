@@ -1,0 +1,1 @@
+"""Figures and tables of an experiment, computed from recorded run directories."""

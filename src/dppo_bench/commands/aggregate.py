@@ -1,0 +1,38 @@
+"""``dppo-bench aggregate <experiment>``: the figure and tables of one experiment from its run directories."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("aggregate", help="figure (png, pdf) and tables (md, csv, tex) of an experiment")
+    p.add_argument("experiment")
+    p.add_argument("--runs", type=Path, default=Path("results/runs"), help="root of the run directories")
+    p.add_argument("--out", type=Path, help="output directory (default: results/<experiment>)")
+    p.set_defaults(func=aggregate)
+
+
+def aggregate(args: argparse.Namespace) -> int:
+    from dppo_bench.aggregate.collect import collect
+    from dppo_bench.aggregate.figures import plot
+    from dppo_bench.aggregate.tables import table_rows, to_csv, to_latex, to_markdown
+    from dppo_bench.config import find_experiment, find_method, find_setting
+
+    experiment = find_experiment(args.experiment)
+    settings = {g.setting: find_setting(g.setting) for g in experiment.runs}
+    methods = {m: find_method(m) for g in experiment.runs for m in g.methods}
+    runs = collect(experiment, settings, methods, args.runs)
+    out = args.out or Path("results") / experiment.id
+    out.mkdir(parents=True, exist_ok=True)
+    rows = table_rows(experiment, runs)
+    (out / "table.md").write_text(to_markdown(experiment, rows))
+    (out / "table.csv").write_text(to_csv(experiment, rows))
+    (out / "table.tex").write_text(to_latex(experiment, rows))
+    if experiment.panels:
+        plot(experiment, runs, out / "figure")
+    usable = sum(r.usable for r in runs)
+    print(f"{experiment.id}: {usable}/{len(runs)} runs usable -> {out}/figure.png, table.md")
+    print((out / "table.md").read_text())
+    return 0

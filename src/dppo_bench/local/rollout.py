@@ -1,0 +1,113 @@
+"""The rollout engine: the trainer's weights on a different numeric path, as an inference engine.
+
+A copy of the policy in ``dtype`` (bf16 for the paper's BF16 sanity test, fp32 for the
+no-mismatch control) samples with a KV cache, token by token, optionally adding Gaussian noise
+to its logits. mu is the distribution it actually samples from (noise included), so mu differs
+from the trainer's pi at equal parameters the way an inference engine does. It records mu's
+log-prob of every sampled token and mu's kept top-K set (the paper's replacement rule).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from dppo_bench.divergence import kept_token_set
+
+
+@dataclass
+class RolloutBatch:
+    prompt_ids: torch.Tensor  # (B, L) left-padded
+    prompt_mask: torch.Tensor  # (B, L) bool
+    response_ids: torch.Tensor  # (B, T) right-padded; includes the eos token when one was sampled
+    response_mask: torch.Tensor  # (B, T) bool
+    mu_logprobs: torch.Tensor  # (B, T) log mu of the sampled token
+    mu_topk_ids: torch.Tensor  # (B, T, K) mu's kept set (sampled token included)
+    mu_topk_logprobs: torch.Tensor  # (B, T, K)
+
+
+class RolloutEngine:
+    """``precision``: "bf16" (bf16 weights and compute), "bf16_weights" (weights rounded to bf16,
+    fp32 compute) or "fp32" (the trainer's numerics, no mismatch but for the noise)."""
+
+    def __init__(self, policy: torch.nn.Module, precision: str, logit_noise: float, top_k: int):
+        import copy
+
+        if precision not in ("bf16", "bf16_weights", "fp32"):
+            raise ValueError(f"unknown rollout precision {precision!r}")
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+        self.model = copy.deepcopy(policy).to(dtype).eval()
+        self.round_weights = precision == "bf16_weights"
+        self.logit_noise, self.top_k = logit_noise, top_k
+        self.sync(policy)
+
+    def sync(self, policy: torch.nn.Module) -> None:
+        """Load the trainer's current weights through the engine's precision."""
+        with torch.no_grad():
+            for dst, src in zip(self.model.parameters(), policy.parameters(), strict=True):
+                dst.copy_(src.to(torch.bfloat16) if self.round_weights else src)
+
+    @torch.no_grad()
+    def sample(
+        self,
+        prompts: list[list[int]],
+        *,
+        max_new_tokens: int,
+        eos_id: int,
+        pad_id: int,
+        temperature: float,
+        generator: torch.Generator,
+    ) -> RolloutBatch:
+        B, L = len(prompts), max(len(p) for p in prompts)
+        prompt_ids = torch.full((B, L), pad_id, dtype=torch.long)
+        prompt_mask = torch.zeros(B, L, dtype=torch.bool)
+        for i, p in enumerate(prompts):
+            prompt_ids[i, L - len(p) :] = torch.tensor(p)
+            prompt_mask[i, L - len(p) :] = True
+        attention = prompt_mask.long()
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(input_ids=prompt_ids, attention_mask=attention, position_ids=positions, use_cache=True)
+        cache, logits = out.past_key_values, out.logits[:, -1]
+        next_pos = positions[:, -1:] + 1
+
+        tokens, logps, top_ids, top_lps = [], [], [], []
+        done = torch.zeros(B, dtype=torch.bool)
+        alive = []
+        for _ in range(max_new_tokens):
+            logits = logits.float()
+            if self.logit_noise > 0:
+                logits = logits + self.logit_noise * torch.randn(logits.shape, generator=generator)
+            logprobs = torch.log_softmax(logits / temperature, dim=-1)
+            token = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(-1)
+            token = torch.where(done, torch.full_like(token, pad_id), token)
+            alive.append(~done)
+            tokens.append(token)
+            logps.append(logprobs.gather(-1, token[:, None]).squeeze(-1))
+            k_lp, k_ids = logprobs.topk(self.top_k, dim=-1)
+            k_ids, k_lp = kept_token_set(k_ids, k_lp, token, logps[-1])
+            top_ids.append(k_ids)
+            top_lps.append(k_lp)
+            done = done | (token == eos_id)
+            if done.all():
+                break
+            attention = torch.cat([attention, torch.ones(B, 1, dtype=attention.dtype)], dim=-1)
+            out = self.model(
+                input_ids=token[:, None],
+                attention_mask=attention,
+                position_ids=next_pos,
+                past_key_values=cache,
+                use_cache=True,
+            )
+            cache, logits = out.past_key_values, out.logits[:, -1]
+            next_pos = next_pos + 1
+        mask = torch.stack(alive, dim=1)
+        return RolloutBatch(
+            prompt_ids=prompt_ids,
+            prompt_mask=prompt_mask,
+            response_ids=torch.stack(tokens, dim=1),
+            response_mask=mask,
+            mu_logprobs=torch.stack(logps, dim=1).masked_fill(~mask, 0.0),
+            mu_topk_ids=torch.stack(top_ids, dim=1),
+            mu_topk_logprobs=torch.stack(top_lps, dim=1),
+        )

@@ -1,0 +1,120 @@
+import json
+
+import pytest
+import torch
+from local_fixtures import build_run_inputs, write_setting
+
+from dppo_bench.config import find_method, load_setting
+from dppo_bench.local.trainer import LocalRun, LocalTrainer
+from dppo_bench.rundir import RunDir
+
+CANONICAL = {
+    "train/reward_mean",
+    "train/response_length_mean",
+    "train/entropy_mean",
+    "mismatch/abs_diff_mean",
+    "mismatch/abs_diff_max",
+    "mismatch/diff_min",
+    "mismatch/diff_max",
+    "tr/mask_frac",
+    "tr/mask_frac_pos",
+    "tr/mask_frac_neg",
+    "tr/bad_update_frac",
+    "perf/step_s",
+}
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("run")
+    setting_path = write_setting(tmp, steps=4, save_every=2)
+    base, train = build_run_inputs(tmp, setting_path)
+    return load_setting(setting_path), base, train
+
+
+def fit(inputs, method, out, seed=0):
+    setting, base, train = inputs
+    trainer = LocalTrainer(
+        LocalRun(setting, find_method(method), seed, base, train), RunDir(out).create(), progress=False
+    )
+    return trainer, trainer.fit()
+
+
+def without_perf(rows):
+    return [{k: v for k, v in r.items() if not k.startswith("perf/")} for r in rows]
+
+
+def test_rows_checkpoints_and_canonical_names(inputs, tmp_path):
+    _, outcome = fit(inputs, "dppo_binary_tv", tmp_path)
+    assert outcome == {"status": "completed", "last_step": 4}
+    run = RunDir(tmp_path)
+    rows = run.read_metrics()
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert CANONICAL <= set(rows[0])
+    assert run.saved_steps() == [0, 2, 4]
+    assert all(r["perf/recompute_s"] < 1e-3 for r in rows)  # the rollout anchor makes no extra pass
+
+
+def test_same_seed_same_run_other_seed_other_run(inputs, tmp_path):
+    fit(inputs, "minirl", tmp_path / "a")
+    fit(inputs, "minirl", tmp_path / "b")
+    fit(inputs, "minirl", tmp_path / "c", seed=1)
+    a, b, c = (without_perf(RunDir(tmp_path / x).read_metrics()) for x in "abc")
+    assert a == b and a != c
+
+
+def test_recompute_anchor_makes_the_extra_pass(inputs, tmp_path):
+    _, _ = fit(inputs, "minirl", tmp_path)
+    assert all(r["perf/recompute_s"] > 0 for r in RunDir(tmp_path).read_metrics())
+
+
+def test_advantages_are_group_centred_without_std(inputs, tmp_path):
+    trainer, _ = fit(inputs, "pg_is", tmp_path)
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0])
+    mask = torch.ones(8, 5, dtype=torch.bool)
+    mask[0, 3:] = False
+    adv = trainer._advantages(rewards, mask)  # G = 4 responses per prompt in tiny_smoke
+    torch.testing.assert_close(adv[0, :3], torch.full((3,), 0.75))
+    torch.testing.assert_close(adv[1], torch.full((5,), -0.25))
+    assert (adv[0, 3:] == 0).all() and (adv[4:] == 0).all()  # all-correct group: no signal
+
+
+def test_resume_continues_from_the_checkpoint(inputs, tmp_path):
+    fit(inputs, "dppo_binary_kl", tmp_path / "full")
+    setting, base, train = inputs
+    partial = RunDir(tmp_path / "part").create()
+    trainer = LocalTrainer(LocalRun(setting, find_method("dppo_binary_kl"), 0, base, train), partial, progress=False)
+    trainer._load()
+    trainer._checkpoint(0, [])
+    rows = [trainer.step(1), trainer.step(2)]
+    trainer._checkpoint(2, rows)
+    partial.append_metrics([trainer.step(3)])  # a row past the checkpoint, as a crash would leave it
+    with partial.metrics.open("a") as f:
+        f.write('{"step": 4, "train/rew')  # and half a line
+    fit(inputs, "dppo_binary_kl", tmp_path / "part")
+    assert without_perf(partial.read_metrics()) == without_perf(RunDir(tmp_path / "full").read_metrics())
+
+
+def test_nan_loss_ends_the_run_as_diverged(inputs, tmp_path, monkeypatch):
+    trainer, _ = fit(inputs, "pg_is", tmp_path / "ok")
+    setting, base, train = inputs
+    bad = LocalTrainer(
+        LocalRun(setting, find_method("pg_is"), 0, base, train), RunDir(tmp_path / "bad").create(), progress=False
+    )
+    original = bad.step
+
+    def step(n):
+        if n == 3:
+            raise FloatingPointError("step 3: the loss is nan")
+        return original(n)
+
+    monkeypatch.setattr(bad, "step", step)
+    outcome = bad.fit()
+    assert outcome["status"] == "diverged" and outcome["last_step"] == 2
+    assert [r["step"] for r in RunDir(tmp_path / "bad").read_metrics()] == [1, 2]
+
+
+def test_nan_in_metrics_is_written_as_null(tmp_path):
+    run = RunDir(tmp_path).create()
+    run.append_metrics([{"step": 1, "x": float("nan"), "y": float("inf"), "z": 1.5}])
+    assert json.loads(run.metrics.read_text()) == {"step": 1, "x": None, "y": None, "z": 1.5}

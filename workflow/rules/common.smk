@@ -1,0 +1,87 @@
+# Helpers of the pipeline: the config and every experiment, setting and method recipe are validated at
+# start (a bad yaml stops here with the file and the field), and targets are derived from experiments.
+from snakemake.utils import validate
+
+from dppo_bench import config as dc
+
+validate(config, "../schemas/config.schema.yaml")
+
+EXPERIMENTS = {p.stem: dc.load_experiment(p) for p in sorted(dc.EXPERIMENTS_DIR.glob("*.yaml"))}
+SETTINGS = {p.stem: dc.load_setting(p) for p in sorted(dc.SETTINGS_DIR.glob("*.yaml"))}
+METHODS = dc.load_methods()
+for _id in config["experiments"]:
+    if _id not in EXPERIMENTS:
+        raise ValueError(f"config/config.yaml: field 'experiments': unknown experiment {_id!r}")
+for _experiment in EXPERIMENTS.values():
+    for _setting, _method, _seed in _experiment.run_keys(lambda s: SETTINGS[s].seeds):
+        METHODS[_method].profile(SETTINGS[_setting].hyperparameter_profile)  # every run has its values
+
+
+wildcard_constraints:
+    setting="[a-z0-9_]+",
+    method="[a-z0-9_]+",
+    seed=r"\d+",
+    benchmark="[a-z0-9_]+",
+    base="[a-z0-9_]+",
+    experiment="[a-z0-9_]+",
+
+
+def run_dir(w):
+    return f"results/runs/{w.setting}/{w.method}/seed{w.seed}"
+
+
+def run_targets(setting, method, seed):
+    """What one run contributes to an experiment: its training and every benchmark's evaluation."""
+    base = f"results/runs/{setting}/{method}/seed{seed}"
+    return [f"{base}/train.completed"] + [f"{base}/eval/{b}/summary.json" for b in SETTINGS[setting].eval.benchmarks]
+
+
+def experiment_inputs(w):
+    keys = EXPERIMENTS[w.experiment].run_keys(lambda s: SETTINGS[s].seeds)
+    return [t for key in keys for t in run_targets(*key)]
+
+
+def experiment_targets(ids):
+    return [f"results/{i}/{name}" for i in ids for name in ("figure.png", "figure.pdf", "table.md", "table.csv", "table.tex")]
+
+
+def base_of(w):
+    """The setting whose pretrained base model (and task data) a local setting shares."""
+    return dc.base_setting_id(w.setting)
+
+
+def tiny_train_data(w):
+    return f"results/data/tiny/{base_of(w)}/train.jsonl"
+
+
+def base_model(w):
+    return f"results/base/{base_of(w)}/model"
+
+
+def eval_data(w):
+    return f"results/data/tiny/{base_of(w)}/heldout.jsonl"
+
+
+def eval_steps(w):
+    return ",".join(str(s) for s in SETTINGS[w.setting].eval_steps())
+
+
+# Recipe files are read from the repository, so the pipeline also runs with --directory elsewhere.
+def setting_file(w):
+    return str(dc.SETTINGS_DIR / f"{w.setting}.yaml")
+
+
+def base_setting_file(w):
+    return str(dc.SETTINGS_DIR / f"{w.base}.yaml")
+
+
+def method_file(w):
+    return str(dc.METHODS_DIR / f"{w.method}.yaml")
+
+
+def experiment_file(w):
+    return str(dc.EXPERIMENTS_DIR / f"{w.experiment}.yaml")
+
+
+def run_threads(w):
+    return SETTINGS[w.setting].local.threads

@@ -1,0 +1,27 @@
+# Data and base models of the local (CPU) settings.
+
+
+rule tiny_data:
+    input:
+        base_setting_file,
+    output:
+        train="results/data/tiny/{base}/train.jsonl",
+        heldout="results/data/tiny/{base}/heldout.jsonl",
+    log:
+        "logs/tiny_data/{base}.log",
+    params:
+        out=subpath(output.train, parent=True),
+    shell:
+        "dppo-bench tiny data --setting {wildcards.base} --out {params.out} > {log} 2>&1"
+
+
+rule tiny_pretrain:
+    input:
+        base_setting_file,
+    output:
+        directory("results/base/{base}/model"),
+    log:
+        "logs/tiny_pretrain/{base}.log",
+    threads: workflow.cores
+    shell:
+        "dppo-bench tiny pretrain --setting {wildcards.base} --out {output} --threads {threads} --no-progress > {log} 2>&1"
