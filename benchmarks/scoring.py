@@ -2,22 +2,23 @@
 
 Prints verifications per second of (A) math-verify on every sample (answer_type "math": each prediction is parsed
 and verified, the workload the pool exists for) in one process and in a GradingPool of W workers, side by side in
-one run, with their ratio; and (B) the full AIME scoring as configured (answer_type "integer": plainly written integers
-compare as integers, the rest goes to math-verify), end to end through score_samples, pool start-up included.
+one run, with their ratio; and (B) the full AIME scoring as configured (answer_type "integer": plainly written
+integers compare as integers, the rest goes to math-verify) through score_samples, pool start-up included.
 
-    python benchmarks/scoring.py [--workers 2] [--rounds 1]
+    python benchmarks/scoring.py [--workers 2] [--rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import tempfile
 import time
 from pathlib import Path
 
 from dppo_bench.eval.data import Problem, ProblemSet, problems_sha256
-from dppo_bench.eval.grading import GradingPool, default_workers, grade
+from dppo_bench.eval.grading import GradingPool, default_workers, grade_many
 from dppo_bench.eval.samples import read_samples, write_samples
 from dppo_bench.eval.score import score_samples
 from dppo_bench.eval.spec import load_benchmark
@@ -51,7 +52,7 @@ def final_line(rng: random.Random, answer: int) -> str:
     )
 
 
-def make_samples(seed: int = 0) -> tuple[ProblemSet, dict[str, list[str]]]:
+def make_samples(seed: int) -> tuple[ProblemSet, dict[str, list[str]]]:
     rng = random.Random(seed)
     problems = [Problem(f"aime-style-{i:02d}", f"Problem {i}", str(rng.randrange(1000))) for i in range(N_PROBLEMS)]
     completions = {
@@ -68,42 +69,49 @@ def items_of(problems: ProblemSet, completions: dict[str, list[str]], answer_typ
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=min(2, default_workers()))
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds on fresh samples; best reported")
     args = parser.parse_args()
-    problems, completions = make_samples()
-    items = items_of(problems, completions, "math")
-    total = len(items)
+    load_before = os.getloadavg()[0]
 
-    grade(*items[0])  # import math-verify before timing the single process (the pool's workers do it at start)
-    t0 = time.perf_counter()
-    single = [grade(*item) for item in items]
-    single_s = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
-    with GradingPool(args.workers) as pool:
-        start_s = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        pooled = pool.grade_many(items)
-        pool_s = time.perf_counter() - t1
-    assert pooled == single, "the pool and the single process disagree"
-
-    print(f"(A) math-verify on every sample, {total} samples ({N_PROBLEMS} problems x {N_SAMPLES}):")
-    print(f"    one process      {total / single_s:7.0f} verifications/s  ({single_s:.2f} s)")
-    print(
-        f"    pool, {args.workers} workers  {total / pool_s:7.0f} verifications/s  ({pool_s:.2f} s; "
-        f"start-up {start_s:.2f} s; {total / (pool_s + start_s):.0f}/s with it)"
-    )
-    print(f"    ratio            {single_s / pool_s:7.2f}x  ({single_s / (pool_s + start_s):.2f}x with start-up)")
-
+    # (B) first, in a fresh process: what `dppo-bench score` costs, pool start-up and cold caches included.
+    problems, completions = make_samples(seed=0)
     benchmark = load_benchmark("aime24").model_copy(update={"id": "aime_style"})
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "samples.jsonl.gz"
-        header = {"benchmark": "aime_style", "data_sha256": problems.sha256, "model": {}, "sampling": {}}
-        write_samples(path, header, completions)
+        write_samples(path, {"benchmark": "aime_style", "data_sha256": problems.sha256}, completions)
         t0 = time.perf_counter()
         scores = score_samples(benchmark, problems, read_samples(path), workers=args.workers)
         full_s = time.perf_counter() - t0
-    print("(B) AIME scoring as configured (answer_type integer), read + grade + metrics, pool start-up included:")
+
+    # (A) math-verify on every sample: one process against the pool, interleaved on the same fresh samples
+    # each round (each side sees them for the first time; identical pairs are verified once by both).
+    grade_many(items_of(problems, completions, "math"))  # warm the single process on round-0 samples
+    t0 = time.perf_counter()
+    with GradingPool(args.workers) as pool:
+        start_s = time.perf_counter() - t0
+        pool.grade_many(items_of(problems, completions, "math"))  # and the workers on the same samples
+        single_s = pool_s = float("inf")
+        for r in range(1, args.rounds + 1):
+            items = items_of(*make_samples(seed=r), "math")
+            t0 = time.perf_counter()
+            single = grade_many(items)
+            single_s = min(single_s, time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            pooled = pool.grade_many(items)
+            pool_s = min(pool_s, time.perf_counter() - t0)
+            assert pooled == single, "the pool and the single process disagree"
+    total = len(items)
+    load_after = os.getloadavg()[0]
+
+    print(
+        f"(A) math-verify on every sample: {total} samples ({N_PROBLEMS} problems x {N_SAMPLES}), best of {args.rounds}"
+    )
+    print(f"    one process      {total / single_s:7.0f} verifications/s  ({single_s:.2f} s)")
+    print(f"    pool, {args.workers} workers  {total / pool_s:7.0f} verifications/s  ({pool_s:.2f} s)")
+    print(f"    ratio            {single_s / pool_s:7.2f}x  (pool start-up, paid once per command: {start_s:.2f} s)")
+    print("(B) full AIME-style scoring as configured (answer_type integer): read + grade + metrics + pool start-up")
     print(f"    {full_s:.2f} s for {total} samples ({total / full_s:.0f}/s); avg@32 = {scores['avg@32']:.4f}")
+    print(f"    1-minute load average {load_before:.2f} before, {load_after:.2f} after ({default_workers()} CPUs)")
 
 
 if __name__ == "__main__":

@@ -18,11 +18,15 @@ from dppo_bench.eval.extract import as_integer, extract_answer, strip_delimiters
         ("<think>Answer: 1</think>Answer: 2", "2", "answer_line"),
         ("\\boxed{a}\\boxed{b", "a", "boxed"),
         ("\\boxed{\\{1,2\\}}", "\\{1,2\\}", "boxed"),
+        ("İstanbul has 5 parks.\nAnswer: 5", "5", "answer_line"),  # lower() changes the length: regex path
+        ("İ: so the answer is 6.", "6", "answer_phrase"),
+        ("Answers: 4, 5\nthe answers are 4", None, None),
+        ("myanswer: 3", None, None),
     ],
 )
 def test_extraction_rules(completion, text, rule):
     got = extract_answer(completion)
-    assert (got.text, got.rule) == (text, rule)
+    assert (got.text, got.rule) == (text, rule) if text else got is None
 
 
 @pytest.mark.parametrize("completion", ["", "no answer here: 42", "<think>\\boxed{1}</think>", "\\boxed{", "Answer:"])

@@ -25,8 +25,10 @@ from dataclasses import dataclass
 THINK_END = "</think>"
 _BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 _BRACE_OR_ESCAPE = re.compile(r"\\.|[{}]", re.DOTALL)
-_ANSWER_LINE = re.compile(r"(?i)\banswer\b[ \t]*(?:\*\*|__)?[ \t]*[:：]")
-_ANSWER_PHRASE = re.compile(r"(?i)\b(?:final answer|the answer)[ \t]+is[ \t]*:?[ \t]*")
+_ANSWER_WORD = re.compile(r"(?i)\banswer")  # the slow path of _answer_words
+_LINE_TAIL = re.compile(r"[ \t]*(?:\*\*|__)?[ \t]*[:：]")  # after "answer": "Answer:", "**Answer**:", "Answer :"
+_PHRASE_TAIL = re.compile(r"[ \t]+is[ \t]*:?[ \t]*", re.IGNORECASE)  # after "answer": " is", " is:"
+_PHRASE_HEAD = ("the ", "final ")  # before "answer"
 _SENTENCE_END = re.compile(r"\.(?=\s|$)")
 _TOKEN = re.compile(r"[^\s$]+")
 _WRAPPERS = ("\\boxed", "\\fbox", "\\text", "\\textbf", "\\mathbf", "\\mathrm", "\\mbox", "\\textrm", "\\bm")
@@ -51,14 +53,15 @@ def extract_answer(completion: str) -> Extraction | None:
     """The completion's final answer by the rules above, or None when it states none."""
     text = completion.rsplit(THINK_END, 1)[1] if THINK_END in completion else completion
     boxed = _last_box(text)
-    line = _last_answer_line(text)
+    words = _answer_words(text)
+    line = _last_answer_line(text, words)
     if boxed and line:
         best = boxed if boxed[0] > line[0] else line
     else:
         best = boxed or line
     if best:
         return best[1]
-    return _last_answer_phrase(text)
+    return _last_answer_phrase(text, words)
 
 
 def _last_box(text: str) -> tuple[int, Extraction] | None:
@@ -98,20 +101,39 @@ def _matching_braces(text: str, start: int) -> dict[int, int]:
     return pairs
 
 
-def _last_answer_line(text: str) -> tuple[int, Extraction] | None:
-    for m in reversed(list(_ANSWER_LINE.finditer(text))):
-        content = _clean_markdown(_rest_of_line(text, m.end()))
-        if content:
-            return m.start(), Extraction(content, "answer_line")
+def _answer_words(text: str) -> list[int]:
+    """The start of every word "answer" in the text (any case), last first.
+
+    str.rfind on the lower-cased text is ~10x faster than a case-insensitive regex on long completions; the regex
+    is kept for the rare text whose lower-casing changes its length (positions would no longer line up)."""
+    lower = text.lower()
+    if len(lower) != len(text):
+        return [m.start() for m in reversed(list(_ANSWER_WORD.finditer(text)))]
+    starts, pos = [], len(lower)
+    while (pos := lower.rfind("answer", 0, pos)) >= 0:
+        if pos == 0 or not (lower[pos - 1].isalnum() or lower[pos - 1] == "_"):
+            starts.append(pos)
+    return starts
+
+
+def _last_answer_line(text: str, words: list[int]) -> tuple[int, Extraction] | None:
+    for start in words:
+        m = _LINE_TAIL.match(text, start + len("answer"))
+        if m:
+            content = _clean_markdown(_rest_of_line(text, m.end()))
+            if content:
+                return start, Extraction(content, "answer_line")
     return None
 
 
-def _last_answer_phrase(text: str) -> Extraction | None:
-    for m in reversed(list(_ANSWER_PHRASE.finditer(text))):
-        sentence = _SENTENCE_END.split(_rest_of_line(text, m.end()), maxsplit=1)[0]
-        content = _clean_markdown(sentence)
-        if content:
-            return Extraction(content, "answer_phrase")
+def _last_answer_phrase(text: str, words: list[int]) -> Extraction | None:
+    for start in words:
+        m = _PHRASE_TAIL.match(text, start + len("answer"))
+        if m and any(text[max(0, start - len(h)) : start].lower() == h for h in _PHRASE_HEAD):
+            sentence = _SENTENCE_END.split(_rest_of_line(text, m.end()), maxsplit=1)[0]
+            content = _clean_markdown(sentence)
+            if content:
+                return Extraction(content, "answer_phrase")
     return None
 
 

@@ -16,6 +16,7 @@ import os
 import re
 import threading
 from collections.abc import Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Literal
 
@@ -27,6 +28,7 @@ AnswerType = Literal["auto", "integer", "math"]
 ANSWER_TYPES: tuple[str, ...] = ("auto", "integer", "math")
 DEFAULT_TIMEOUT_S = 5  # math-verify's own default per parse and per comparison (SIGALRM takes whole seconds)
 _GOLD_INTEGER = re.compile(r"[+-]?\d+")
+_SUBMIT_BATCH = 32  # items handed to the workers at a time by grade_many
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,42 @@ def grade(completion: str, answer: str, answer_type: str = "auto", *, timeout_s:
     return Verdict(correct, timed_out, prediction)
 
 
+def grade_many(
+    items: Iterable[GradeItem], pool: VerifierPool | None = None, *, timeout_s: int = DEFAULT_TIMEOUT_S
+) -> list[Verdict]:
+    """Verdicts in input order, math-verify in ``pool`` (or in this process, on the main thread, without one).
+
+    Identical (prediction, answer) pairs, common among the n samples of a problem, are verified once. With a
+    pool, pairs are handed to the workers in batches while the rest are still being extracted.
+    """
+    verdicts: list[Verdict | None] = []
+    owners: dict[tuple[str, str], list[int]] = {}
+    results: dict[tuple[str, str], Future | tuple[bool, bool]] = {}
+    batch: list[tuple[str, str]] = []
+    for i, (completion, answer, answer_type) in enumerate(items):
+        verdict, prediction = decide(completion, answer, answer_type)
+        verdicts.append(verdict)
+        if verdict is None:
+            key = (prediction, answer)
+            if key not in owners:
+                owners[key] = []
+                batch.append(key)
+            owners[key].append(i)
+        if pool is not None and len(batch) == _SUBMIT_BATCH:
+            results.update(zip(batch, pool.check_many(batch), strict=True))
+            batch = []
+    if pool is not None:
+        results.update(zip(batch, pool.check_many(batch), strict=True))
+    else:
+        results.update((key, verifier.check(*key, timeout_s)) for key in batch)
+    for key, indices in owners.items():
+        result = results[key]
+        correct, timed_out = result.result() if isinstance(result, Future) else result
+        for i in indices:
+            verdicts[i] = Verdict(correct, timed_out, key[0])
+    return verdicts  # type: ignore[return-value]
+
+
 def default_workers() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
@@ -94,15 +132,7 @@ class GradingPool(VerifierPool):
 
     def grade_many(self, items: Iterable[GradeItem]) -> list[Verdict]:
         """Verdicts in input order; the items that need math-verify run in parallel in the workers."""
-        items = list(items)
-        decided = [decide(*item) for item in items]
-        todo = [(i, prediction) for i, (verdict, prediction) in enumerate(decided) if verdict is None]
-        futures = self.check_many([(prediction, items[i][1]) for i, prediction in todo])
-        verdicts = [verdict for verdict, _ in decided]
-        for (i, prediction), future in zip(todo, futures, strict=True):
-            correct, timed_out = future.result()
-            verdicts[i] = Verdict(correct, timed_out, prediction)
-        return verdicts  # type: ignore[return-value]
+        return grade_many(items, self)
 
 
 _shared: GradingPool | None = None

@@ -3,8 +3,9 @@
 Append-only and resumable. Every append (one problem's samples) is written as its own gzip member and fsynced,
 so an interrupted write can only leave a truncated *last* member: the writer cuts it off when it reopens the file,
 keeps every complete problem and the generator continues with what is missing. (Plain ``.jsonl`` is read, e.g.
-from other tools, but never written: lines give no such all-or-nothing unit.) Reading decodes invalid UTF-8 with replacement characters (and counts the lines), so one bad byte in a
-completion is scored on what remains rather than crashing the run.
+from other tools, but never written: lines give no such all-or-nothing unit.) Reading decodes invalid UTF-8 with
+replacement characters (and counts the lines), so one bad byte in a completion is scored on what remains rather
+than crashing the run.
 """
 
 from __future__ import annotations
