@@ -1,0 +1,105 @@
+"""Aggregation on run directories built here: table numbers equal those computed from the records."""
+
+import csv
+import io
+import json
+
+import numpy as np
+import pytest
+
+from dppo_bench.aggregate.collect import collect
+from dppo_bench.aggregate.figures import gaussian_smooth, plot
+from dppo_bench.aggregate.tables import table_rows, to_csv, to_latex, to_markdown
+from dppo_bench.config import Experiment, find_method, find_setting
+from dppo_bench.rundir import RunDir
+
+SETTING = find_setting("tiny_smoke")
+METHODS = {m: find_method(m) for m in ("pg_is", "dppo_binary_tv", "grpo_clip_higher")}
+EXPERIMENT = Experiment.model_validate(
+    {
+        "id": "agg_test",
+        "title": "t",
+        "paper_item": "test",
+        "description": "d",
+        "runs": [{"setting": "tiny_smoke", "methods": list(METHODS)}],
+        "seeds": [0, 1],
+        "panels": [
+            {"title": "Rewards", "metrics": ["train/reward_mean"], "smooth": 2},
+            {"title": "Held-out", "metrics": ["eval/tiny_arith/avg@4"]},
+        ],
+        "columns": [
+            {"title": "reward final", "metric": "train/reward_mean", "stat": "final"},
+            {"title": "reward peak", "metric": "train/reward_mean", "stat": "peak"},
+            {"title": "held-out peak", "metric": "eval/tiny_arith/avg@4", "stat": "peak"},
+            {"title": "cost", "metric": "perf/step_s", "stat": "mean"},
+        ],
+    }
+)
+
+
+def write_run(root, method, seed, rewards, evals, *, status="completed", recipe_sha=None):
+    run = RunDir(root / "tiny_smoke" / method / f"seed{seed}").create()
+    run.write_run(
+        {
+            "status": status,
+            "recipe_sha256": recipe_sha or METHODS[method].sha256(),
+            "setting_sha256": SETTING.sha256(),
+        }
+    )
+    run.append_metrics([{"step": i + 1, "train/reward_mean": r, "perf/step_s": 0.5 + i} for i, r in enumerate(rewards)])
+    for step, value in evals.items():
+        path = run.path / "eval" / "tiny_arith" / f"step{step}" / "scores.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"benchmark": "tiny_arith", "n": 4, "avg@4": value}))
+
+
+@pytest.fixture
+def runs(tmp_path):
+    write_run(tmp_path, "pg_is", 0, [0.2, 0.6, 0.4], {0: 0.1, 3: 0.3})
+    write_run(tmp_path, "pg_is", 1, [0.4, 0.2, 0.8], {0: 0.2, 3: 0.5})
+    write_run(tmp_path, "dppo_binary_tv", 0, [0.5, 0.7, 0.9], {0: 0.1, 3: 0.6})
+    write_run(tmp_path, "dppo_binary_tv", 1, [0.1, 0.1, 0.1], {}, recipe_sha="0" * 64)  # an edited recipe: stale
+    # grpo_clip_higher seed 0 never ran; seed 1 failed
+    write_run(tmp_path, "grpo_clip_higher", 1, [0.3], {}, status="failed")
+    return collect(EXPERIMENT, {"tiny_smoke": SETTING}, METHODS, tmp_path)
+
+
+def test_table_values_are_computed_from_the_records(runs):
+    rows = {r["method"]: r for r in table_rows(EXPERIMENT, runs)}
+    pg = rows["pg_is"]
+    assert pg["seeds"] == "0,1" and pg["status"] == "completed"
+    assert pg["reward final"] == pytest.approx((0.4 + 0.8) / 2)
+    assert pg["reward peak"] == pytest.approx((0.6 + 0.8) / 2)
+    assert pg["held-out peak"] == pytest.approx((0.3 + 0.5) / 2)
+    assert pg["cost"] == pytest.approx(1.5)
+    tv = rows["dppo_binary_tv"]
+    assert tv["seeds"] == "0" and "seed 1: stale" in tv["status"]  # never mixed in
+    assert tv["reward final"] == pytest.approx(0.9)
+    grpo = rows["grpo_clip_higher"]
+    assert grpo["seeds"] == "" and grpo["reward final"] is None
+    assert "seed 0: missing" in grpo["status"] and "seed 1: failed" in grpo["status"]
+
+
+def test_missing_runs_are_shown_in_every_format(runs):
+    rows = table_rows(EXPERIMENT, runs)
+    md, tex = to_markdown(EXPERIMENT, rows), to_latex(EXPERIMENT, rows)
+    grpo_md = next(line for line in md.splitlines() if line.startswith("| GRPO-ClipHigher"))
+    assert "missing" in grpo_md and "failed" in grpo_md
+    assert r"\toprule" in tex and "GRPO-ClipHigher" in tex and "--" in tex
+    parsed = list(csv.DictReader(io.StringIO(to_csv(EXPERIMENT, rows))))
+    assert [r["method"] for r in parsed] == ["pg_is", "dppo_binary_tv", "grpo_clip_higher"]
+    assert float(parsed[0]["reward final"]) == pytest.approx(0.6) and parsed[2]["reward final"] == ""
+
+
+def test_figure_files_are_written(runs, tmp_path):
+    plot(EXPERIMENT, runs, tmp_path / "fig" / "figure")
+    assert (tmp_path / "fig" / "figure.png").stat().st_size > 10_000
+    assert (tmp_path / "fig" / "figure.pdf").read_bytes()[:4] == b"%PDF"
+
+
+def test_gaussian_smoothing():
+    x = np.array([0.0, 0.0, 1.0, 0.0, 0.0])
+    y = gaussian_smooth(x, 1.0)
+    assert y.sum() == pytest.approx(1.0, abs=0.05) and y[2] < 1 and y[1] == pytest.approx(y[3])
+    assert np.allclose(gaussian_smooth(np.full(7, 3.0), 2.0), 3.0)
+    assert gaussian_smooth(x, 0) is x
