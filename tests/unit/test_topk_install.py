@@ -111,11 +111,13 @@ except RuntimeError as err:
 """
 
 
+@pytest.mark.slow
 def test_a_plain_import_verl_patches_every_module_it_then_imports():
     out = result_of(run_python(FRESH, VERL_USE_EXTERNAL_PLUGINS="auto", VERL_USE_EXTERNAL_MODULES=""))
     assert out == {"fsdp": True, "ppo_loss": True, "single_turn": True, "padding": True, "vllm_imported": False}
 
 
+@pytest.mark.slow
 def test_the_plugin_fails_loudly_on_another_verl():
     proc = run_python(WRONG_VERSION, VERL_USE_EXTERNAL_PLUGINS="none", VERL_USE_EXTERNAL_MODULES="")
     assert "RAISED VerlVersionError" in proc.stdout
