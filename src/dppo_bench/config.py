@@ -229,6 +229,57 @@ class LocalSpec(Strict):
     threads: PositiveInt = 1  # torch threads per run
 
 
+class HubModel(Strict):
+    path: str  # a Hugging Face model id, or a local directory
+    revision: str | None  # a hub commit; null (explicit) = unpinned, recorded as such in run.json
+
+
+class Parallelism(Strict):
+    """Model parallelism of the trainer engine and of the vLLM rollout."""
+
+    tensor: PositiveInt = 1  # Megatron TP
+    pipeline: PositiveInt = 1  # Megatron PP
+    expert: PositiveInt = 1  # Megatron EP (MoE)
+    expert_tensor: PositiveInt = 1  # Megatron ETP
+    context: PositiveInt = 1  # Megatron CP
+    ulysses: PositiveInt = 1  # FSDP sequence parallel (Ulysses)
+    rollout_tensor: PositiveInt = 1  # vLLM TP
+
+
+class LoRA(Strict):
+    rank: PositiveInt
+    alpha: PositiveInt
+    target_modules: list[str] | Literal["all-linear"]
+
+
+class Optimizer(Strict):
+    lr_warmup_steps: Annotated[int, Field(ge=-1)] = -1  # -1: verl's default, no warm-up
+    weight_decay: Annotated[float, Field(ge=0.0)]
+    betas: tuple[float, float] = (0.9, 0.999)
+    lr_scheduler: Literal["constant", "cosine"] = "constant"
+
+
+class VerlSpec(Strict):
+    """The verl backend: model, data, engine, parallelism and cluster shape of a setting."""
+
+    model: HubModel
+    train_data: str  # a dataset of recipes/datasets/ (prepared by `dppo-bench data prepare`)
+    engine: Literal["fsdp", "megatron"]
+    parallelism: Parallelism
+    precision: Literal["bf16"]  # rollout and training compute dtype
+    optimizer: Optimizer
+    router_replay: Literal["R3"] | None = None  # rollout router replay (MoE; Megatron only)
+    lora: LoRA | None = None
+    nodes: PositiveInt
+    gpus_per_node: PositiveInt
+    runtime_min: PositiveInt  # wall-clock limit of the training job (SLURM --time)
+    max_token_len_per_gpu: PositiveInt  # dynamic batch size: tokens per micro-batch per GPU
+    rollout_gpu_memory_utilization: Annotated[float, Field(gt=0.0, le=1.0)]
+    offload: bool = False  # Megatron parameter and optimizer offload to CPU
+    chat_template_kwargs: dict[str, bool] = {}  # e.g. Qwen3's enable_thinking
+    mismatch_every: PositiveInt = 1  # bypass mode: a diagnostic pi(theta') pass for |pi - mu| every N steps
+
+
 class Setting(Strict):
     """``recipes/settings/<id>.yaml``: one training setting (model x data x budget x engine)."""
 
@@ -242,14 +293,21 @@ class Setting(Strict):
     train: TrainSpec
     eval: EvalSpec
     local: LocalSpec | None = None
+    verl: VerlSpec | None = None
 
     @model_validator(mode="after")
     def _check_backend(self) -> Setting:
         if not ID_PATTERN.match(self.id):
             raise ValueError(f"id {self.id!r} must match [a-z0-9_]+")
-        if self.backend == "local" and self.local is None:
-            raise _FieldError("local", "a local-backend setting needs a 'local' section")
-        if self.eval.every % self.train.save_every:
+        if (self.local is None) == (self.backend == "local"):
+            raise _FieldError("local", "a local-backend setting needs a 'local' section, and only it")
+        if (self.verl is None) == (self.backend == "verl"):
+            raise _FieldError("verl", "a verl-backend setting needs a 'verl' section, and only it")
+        if self.backend == "verl" and self.train.prompts_per_step % self.train.mini_batches:
+            raise _FieldError(
+                "train.mini_batches", "must divide prompts_per_step (verl counts mini-batches in prompts)"
+            )
+        if self.backend == "local" and self.eval.every % self.train.save_every:
             raise _FieldError("eval.every", "must be a multiple of train.save_every (evaluation reads checkpoints)")
         return self
 
@@ -257,7 +315,7 @@ class Setting(Strict):
         return canonical_sha256(self.model_dump(mode="json"))
 
     def eval_steps(self) -> list[int]:
-        """Steps whose checkpoints are evaluated: 0 (the base model), then every eval.every."""
+        """Evaluated steps: 0 (the base model), then every eval.every (verl: its online validation steps)."""
         return [0, *range(self.eval.every, self.train.steps + 1, self.eval.every)]
 
 
@@ -286,10 +344,15 @@ def load_setting(path: Path) -> Setting:
     return validate(Setting, {"id": path.stem, **setting_data(path)}, path)
 
 
+def setting_paths(settings_dir: Path = SETTINGS_DIR) -> list[Path]:
+    """Every runnable setting ("_name.yaml" files are bases that settings extend)."""
+    return [p for p in sorted(settings_dir.glob("*.yaml")) if not p.name.startswith("_")]
+
+
 def find_setting(setting_id: str, settings_dir: Path = SETTINGS_DIR) -> Setting:
     path = _as_path(setting_id, settings_dir)
     if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in settings_dir.glob("*.yaml")))
+        known = ", ".join(p.stem for p in setting_paths(settings_dir))
         raise ConfigError(path, "", f"unknown setting {setting_id!r}; known: {known}")
     return load_setting(path)
 

@@ -7,7 +7,7 @@ from dppo_bench import config as dc
 validate(config, "../schemas/config.schema.yaml")
 
 EXPERIMENTS = {p.stem: dc.load_experiment(p) for p in sorted(dc.EXPERIMENTS_DIR.glob("*.yaml"))}
-SETTINGS = {p.stem: dc.load_setting(p) for p in sorted(dc.SETTINGS_DIR.glob("*.yaml"))}
+SETTINGS = {p.stem: dc.load_setting(p) for p in dc.setting_paths()}
 METHODS = dc.load_methods()
 for _id in config["experiments"]:
     if _id not in EXPERIMENTS:

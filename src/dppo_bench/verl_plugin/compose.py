@@ -8,11 +8,13 @@ a broken recipe on a laptop instead of on a cluster after a queue wait.
 
 from __future__ import annotations
 
+import copy
+import importlib.util
 from pathlib import Path
 
 import verl
 from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 from verl.trainer.config.algorithm import RolloutCorrectionConfig
 from verl.utils.config import omega_conf_to_dataclass
 
@@ -22,6 +24,26 @@ VERL_CONFIG_DIR = Path(verl.__file__).parent / "trainer" / "config"
 def compose_ppo_config(overrides: list[str]) -> DictConfig:
     with initialize_config_dir(config_dir=str(VERL_CONFIG_DIR), version_base=None):
         return compose(config_name="ppo_trainer", overrides=list(overrides))
+
+
+def validate(cfg: DictConfig) -> dict[str, object]:
+    """What ``main_ppo.main`` checks before it starts Ray, then the typed sections (raises on any error).
+
+    One check of verl's needs vLLM itself (a LoRA rank vLLM supports; importing verl's vLLM rollout fails
+    without vLLM): where vLLM is not installed it is skipped here and runs when the job starts.
+    """
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    checked = cfg
+    if importlib.util.find_spec("vllm") is None:
+        checked = copy.deepcopy(cfg)
+        with open_dict(checked):
+            checked.actor_rollout_ref.model.lora_rank = 0
+            if "lora" in checked.actor_rollout_ref.model:
+                checked.actor_rollout_ref.model.lora.rank = 0
+    validate_config(checked, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    return to_dataclasses(cfg)
 
 
 def to_dataclasses(cfg: DictConfig) -> dict[str, object]:

@@ -1,0 +1,191 @@
+"""(method recipe, setting, seed) -> the complete ``python -m verl.trainer.main_ppo`` override list.
+
+The one place that knows verl's config keys for a whole run; :func:`method_overrides` is the part
+that depends on the method. Its tests compose every (method, setting) pair of every experiment
+with verl's own Hydra config and dataclasses on CPU, so a bad key fails here and not on a cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dppo_bench.config import MethodRecipe, Setting
+from dppo_bench.verl_plugin.overrides import ACTOR, method_overrides
+
+ROLLOUT = "actor_rollout_ref.rollout"
+MODEL = "actor_rollout_ref.model"
+ENV = "+ray_kwargs.ray_init.runtime_env.env_vars"
+REWARD_FUNCTION = Path(__file__).resolve().parents[1] / "eval" / "verl_reward.py"
+PROJECT = "dppo-bench"
+MISMATCH_EVERY_KEY = "dppo_bench_mismatch_every"  # in rollout.custom, verl's free extension dict
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Where a verl run reads its data and writes its records (absolute paths)."""
+
+    run_dir: Path
+    train_file: Path  # the prepared training parquet
+    val_files: tuple[Path, ...]  # one prepared parquet per online benchmark
+    metrics_log: Path  # verl's FileLogger output for this attempt (see dppo_bench.verl_plugin.records)
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.run_dir / "checkpoints"
+
+    @property
+    def validation(self) -> Path:
+        return self.run_dir / "validation"
+
+
+def experiment_name(setting: Setting, recipe: MethodRecipe, seed: int) -> str:
+    return f"{setting.id}__{recipe.id}__seed{seed}"
+
+
+def val_sampling(benchmarks: list, max_tokens: int) -> dict:
+    """verl has one set of validation sampling parameters: the online benchmarks must agree on them."""
+    sampling = {(b.n, b.sampling.temperature, b.sampling.top_p) for b in benchmarks}
+    if len(sampling) != 1:
+        ids = ", ".join(b.id for b in benchmarks)
+        raise ValueError(f"benchmarks {ids} sample differently; verl validates all of them with one val_kwargs")
+    n, temperature, top_p = sampling.pop()
+    return {"n": n, "temperature": temperature, "top_p": top_p, "max_tokens": max_tokens}
+
+
+def run_overrides(
+    recipe: MethodRecipe, setting: Setting, seed: int, paths: RunPaths, *, wandb: bool = False
+) -> list[str]:
+    """Every override of one run; ``wandb`` adds verl's wandb logger (offline unless WANDB_MODE says so)."""
+    from dppo_bench.eval.spec import load_benchmark
+
+    if setting.verl is None:
+        raise ValueError(f"setting {setting.id!r} is not a verl-backend setting")
+    v, t = setting.verl, setting.train
+    val = val_sampling([load_benchmark(b) for b in setting.eval.benchmarks], t.max_response_length)
+    loggers = '["console","file","wandb"]' if wandb else '["console","file"]'
+    overrides = [
+        f"model_engine={'megatron' if v.engine == 'megatron' else 'dp'}",
+        # data
+        f"data.train_files=['{paths.train_file}']",
+        "data.val_files=[" + ",".join(f"'{p}'" for p in paths.val_files) + "]",
+        f"data.train_batch_size={t.prompts_per_step}",
+        f"data.max_prompt_length={t.max_prompt_length}",
+        f"data.max_response_length={t.max_response_length}",
+        "data.filter_overlong_prompts=True",
+        "data.truncation=error",
+        f"data.seed={seed}",
+        *(f"++data.apply_chat_template_kwargs.{k}={val_}" for k, val_ in v.chat_template_kwargs.items()),
+        # model
+        f"{MODEL}.path={v.model.path}",
+        f"{MODEL}.use_remove_padding=True",
+        f"{MODEL}.enable_gradient_checkpointing=True",
+        # actor: the schedule of Table 1 / App. C, then the method
+        f"{ACTOR}.optim.lr={t.lr}",
+        f"{ACTOR}.optim.weight_decay={v.optimizer.weight_decay}",
+        f"{ACTOR}.optim.betas=[{v.optimizer.betas[0]},{v.optimizer.betas[1]}]",
+        # the schedule's key differs between the FSDP and Megatron optimizer configs
+        f"{ACTOR}.optim.{'lr_decay_style' if v.engine == 'megatron' else 'lr_scheduler_type'}={v.optimizer.lr_scheduler}",
+        f"{ACTOR}.optim.lr_warmup_steps={v.optimizer.lr_warmup_steps}",
+        f"{ACTOR}.optim.clip_grad={t.grad_clip}",
+        f"{ACTOR}.ppo_mini_batch_size={t.prompts_per_step // t.mini_batches}",
+        f"{ACTOR}.ppo_epochs=1",
+        f"{ACTOR}.use_dynamic_bsz=True",
+        f"{ACTOR}.ppo_max_token_len_per_gpu={v.max_token_len_per_gpu}",
+        f"{ACTOR}.loss_agg_mode={setting.loss_agg_mode}",
+        f"{ACTOR}.use_kl_loss=False",
+        f"{ACTOR}.entropy_coeff=0",
+        f"{ACTOR}.calculate_entropy=True",  # logged (the paper's entropy panels), not in the loss
+        *method_overrides(recipe, setting.hyperparameter_profile),
+        # rollout: vLLM at the paper's temperature, full vocabulary (mu is then the same distribution as pi)
+        f"{ROLLOUT}.name=vllm",
+        f"{ROLLOUT}.n={t.responses_per_prompt}",
+        f"{ROLLOUT}.temperature={t.temperature}",
+        f"{ROLLOUT}.top_p=1.0",
+        f"{ROLLOUT}.top_k=-1",
+        f"{ROLLOUT}.dtype=bfloat16",
+        f"{ROLLOUT}.seed={seed}",
+        f"{ROLLOUT}.tensor_model_parallel_size={v.parallelism.rollout_tensor}",
+        f"{ROLLOUT}.gpu_memory_utilization={v.rollout_gpu_memory_utilization}",
+        f"{ROLLOUT}.log_prob_use_dynamic_bsz=True",
+        f"{ROLLOUT}.log_prob_max_token_len_per_gpu={v.max_token_len_per_gpu}",
+        f"++{ROLLOUT}.custom.{MISMATCH_EVERY_KEY}={v.mismatch_every}",
+        # online validation: the paper's protocol (App. E), n samples at the benchmarks' sampling
+        f"{ROLLOUT}.val_kwargs.n={val['n']}",
+        f"{ROLLOUT}.val_kwargs.temperature={val['temperature']}",
+        f"{ROLLOUT}.val_kwargs.top_p={val['top_p']}",
+        f"{ROLLOUT}.val_kwargs.do_sample=True",
+        # advantage: GRPO's group baseline without std normalisation (App. C, Dr.GRPO)
+        "algorithm.adv_estimator=grpo",
+        "algorithm.norm_adv_by_std_in_grpo=False",
+        "algorithm.use_kl_in_reward=False",
+        # reward: our extraction and verifier, the same code that scores offline
+        f"reward.custom_reward_function.path={REWARD_FUNCTION}",
+        "reward.custom_reward_function.name=compute_score",
+        # trainer
+        f"trainer.total_training_steps={t.steps}",
+        f"trainer.test_freq={setting.eval.every}",
+        "trainer.val_before_train=True",
+        f"trainer.save_freq={t.save_every}",
+        "trainer.resume_mode=auto",
+        f"trainer.default_local_dir={paths.checkpoints}",
+        f"trainer.validation_data_dir={paths.validation}",
+        f"trainer.logger={loggers}",
+        f"trainer.project_name={PROJECT}",
+        f"trainer.experiment_name={experiment_name(setting, recipe, seed)}",
+        f"trainer.nnodes={v.nodes}",
+        f"trainer.n_gpus_per_node={v.gpus_per_node}",
+        # every Ray worker imports verl and hence our plugin; the env var is the belt to those braces
+        f"{ENV}.VERL_USE_EXTERNAL_MODULES=dppo_bench.verl_plugin",
+        f"{ENV}.VERL_FILE_LOGGER_PATH={paths.metrics_log}",
+    ]
+    if setting.loss_agg_mode.endswith("-norm"):  # a constant normaliser, not each micro-batch's padded length
+        overrides.append(f"{ACTOR}.loss_scale_factor={t.max_response_length}")
+    if wandb:
+        overrides.append(f"{ENV}.WANDB_DIR={paths.run_dir}")
+    return overrides + engine_overrides(setting)
+
+
+def engine_overrides(setting: Setting) -> list[str]:
+    """Parallelism, router replay and LoRA, which depend on the trainer engine."""
+    v = setting.verl
+    p = v.parallelism
+    if v.engine == "fsdp":
+        out = [f"{ACTOR}.ulysses_sequence_parallel_size={p.ulysses}"]
+        if v.router_replay:
+            # verl rejects this key under FSDP: R3 needs the Megatron (or VeOmni) engine
+            out.append(f"{ACTOR}.megatron.router_replay.mode={v.router_replay}")
+        if v.lora:
+            out += [
+                f"{MODEL}.lora_rank={v.lora.rank}",
+                f"{MODEL}.lora_alpha={v.lora.alpha}",
+                f"{MODEL}.target_modules={_hydra_list(v.lora.target_modules)}",
+                f"{ROLLOUT}.load_format=safetensors",
+            ]
+        return out
+    mg = f"{ACTOR}.megatron"
+    out = [
+        f"{mg}.tensor_model_parallel_size={p.tensor}",
+        f"{mg}.pipeline_model_parallel_size={p.pipeline}",
+        f"{mg}.expert_model_parallel_size={p.expert}",
+        f"{mg}.expert_tensor_parallel_size={p.expert_tensor}",
+        f"{mg}.context_parallel_size={p.context}",
+        f"{mg}.param_offload={v.offload}",
+        f"{mg}.optimizer_offload={v.offload}",
+        f"{mg}.use_mbridge=True",
+        f"{mg}.vanilla_mbridge=False",
+        f"+{mg}.override_transformer_config.moe_router_dtype=fp32",
+    ]
+    if v.router_replay:
+        out += [f"{mg}.router_replay.mode={v.router_replay}", f"{ROLLOUT}.enable_rollout_routing_replay=True"]
+    if v.lora:  # Megatron-Bridge LoRA (needs mbridge, set above)
+        out += [
+            f"{MODEL}.lora.rank={v.lora.rank}",
+            f"{MODEL}.lora.alpha={v.lora.alpha}",
+            f"{MODEL}.lora.target_modules={_hydra_list(v.lora.target_modules)}",
+        ]
+    return out
+
+
+def _hydra_list(value: list[str] | str) -> str:
+    return value if isinstance(value, str) else "[" + ",".join(value) + "]"
