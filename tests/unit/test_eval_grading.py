@@ -83,8 +83,8 @@ def test_a_stuck_worker_is_killed_at_the_hard_limit(pool):
         for w in pool._pool:
             os.kill(w.proc.pid, signal.SIGSTOP)
         t0 = time.perf_counter()
-        verdicts = pool.grade_many([("\\boxed{\\frac{14}{2}}", "7", "auto")] * 2)
-        assert verdicts == [Verdict(False, True, "\\frac{14}{2}")] * 2
+        verdicts = pool.grade_many([("\\boxed{\\frac{14}{2}}", "7", "auto"), ("\\boxed{\\frac{21}{3}}", "7", "auto")])
+        assert verdicts == [Verdict(False, True, "\\frac{14}{2}"), Verdict(False, True, "\\frac{21}{3}")]
         assert time.perf_counter() - t0 < 5
     finally:
         pool.hard_timeout_s = None
@@ -109,6 +109,36 @@ def test_items_queued_behind_a_killed_worker_are_not_lost():
         futures = one.check_many([("\\frac{14}{2}", "7"), ("\\frac{21}{3}", "7"), ("\\frac{1}{3}", "7")])
         results = [f.result(timeout=20) for f in futures]
     assert results == [(False, True), (True, False), (False, False)]
+
+
+def test_identical_pairs_are_verified_once(pool):
+    restarts = pool.restarts
+    pool.hard_timeout_s = 1.0
+    try:
+        for w in pool._pool:
+            os.kill(w.proc.pid, signal.SIGSTOP)
+        verdicts = pool.grade_many([("\\boxed{\\frac{14}{2}}", "7", "auto")] * 5)
+    finally:
+        pool.hard_timeout_s = None
+    assert verdicts == [Verdict(False, True, "\\frac{14}{2}")] * 5 and pool.restarts == restarts + 1
+
+
+def test_the_cpu_time_backstop_stops_what_swallows_math_verify_timeouts():
+    """A computation that survives SIGALRM (here: it catches math-verify's TimeoutException) is still stopped."""
+    from math_verify.errors import TimeoutException
+
+    from dppo_bench.eval.verifier import guarded
+
+    def stubborn():
+        while True:
+            try:
+                sum(range(10_000))
+            except TimeoutException:
+                pass
+
+    t0 = time.process_time()
+    assert guarded(stubborn, 1) == (None, True)
+    assert 1.9 < time.process_time() - t0 < 4
 
 
 def test_pool_must_be_started():

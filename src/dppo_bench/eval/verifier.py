@@ -5,15 +5,54 @@ expressions (the configuration verl's own ``math_verify`` reward uses); ``verify
 symmetric). math-verify's timeouts use SIGALRM, so this module only runs on a process's main thread:
 ``grading`` routes every other caller through a process pool. Its ``TimeoutException`` subclasses BaseException,
 so ``except Exception`` would miss it; it is caught by name here.
+
+SIGALRM can fail to stop a computation: its handler raises wherever Python happens to be, and a raise inside a
+``__del__`` or weakref callback is swallowed (seen in this suite's tests), after which math-verify runs on with no
+limit. Every call therefore also runs under a CPU-time backstop (SIGPROF, a separate timer) that fires one second
+after math-verify's own limit and then every 50 ms until one of its raises lands.
 """
 
 from __future__ import annotations
 
+import signal
 import threading
+from collections.abc import Callable
 from functools import lru_cache
 from importlib.metadata import version
 
 NAME = "math-verify"
+BACKSTOP_S = 1.0  # CPU seconds past math-verify's own limit
+REFIRE_S = 0.05
+
+
+class _Backstop(BaseException):
+    """Raised by the CPU-time backstop (a BaseException, like math-verify's own TimeoutException)."""
+
+
+_armed = False
+
+
+def _on_backstop(signum, frame) -> None:
+    if _armed:  # a signal arriving after the call ended does nothing
+        raise _Backstop
+
+
+def guarded(fn: Callable[[], object], timeout_s: int) -> tuple[object, bool]:
+    """(fn(), False), or (None, True) when math-verify's timeout or the backstop stops it. Main thread only."""
+    from math_verify.errors import TimeoutException
+
+    global _armed
+    old = signal.signal(signal.SIGPROF, _on_backstop)
+    try:
+        _armed = True
+        signal.setitimer(signal.ITIMER_PROF, timeout_s + BACKSTOP_S, REFIRE_S)
+        return fn(), False
+    except (TimeoutException, _Backstop):
+        return None, True
+    finally:
+        _armed = False
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, old)
 
 
 def verifier_info() -> dict[str, str]:
@@ -36,14 +75,15 @@ def _configs():
 def _parse(text: str, timeout_s: int) -> tuple[list, bool]:
     """(parsed targets, timed out). An ordinary parse failure is an empty list."""
     from math_verify import parse
-    from math_verify.errors import TimeoutException
 
-    try:
-        return parse("\\boxed{" + text + "}", _configs(), parsing_timeout=timeout_s, raise_on_error=True), False
-    except TimeoutException:
-        return [], True
-    except Exception:  # noqa: BLE001  (math-verify's own non-timeout failures mean "could not parse")
-        return [], False
+    def run():
+        try:
+            return parse("\\boxed{" + text + "}", _configs(), parsing_timeout=timeout_s, raise_on_error=True)
+        except Exception:  # noqa: BLE001  (math-verify's own non-timeout failures mean "could not parse")
+            return []
+
+    parsed, timed_out = guarded(run, timeout_s)
+    return parsed or [], timed_out
 
 
 @lru_cache(maxsize=8192)
@@ -61,8 +101,20 @@ def check(prediction: str, answer: str, timeout_s: int) -> tuple[bool, bool]:
     """
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError("verifier.check uses SIGALRM timeouts and must run on the main thread")
+    try:
+        return _check(prediction, answer, timeout_s)
+    except _Backstop:  # landed in the instant between a call's end and its disarming
+        return False, True
+
+
+def _check(prediction: str, answer: str, timeout_s: int) -> tuple[bool, bool]:
     from math_verify import verify
-    from math_verify.errors import TimeoutException
+
+    def equal(g, p) -> bool:
+        try:
+            return verify(g, p, timeout_seconds=timeout_s, raise_on_error=True)
+        except Exception:  # noqa: BLE001  (a pair math-verify cannot compare is not equal)
+            return False
 
     gold, gold_timeout = _parsed_gold(answer, timeout_s)
     pred, pred_timeout = _parse(prediction, timeout_s)
@@ -71,11 +123,8 @@ def check(prediction: str, answer: str, timeout_s: int) -> tuple[bool, bool]:
     timed_out = False
     for g in gold:
         for p in pred:
-            try:
-                if verify(g, p, timeout_seconds=timeout_s, raise_on_error=True):
-                    return True, False
-            except TimeoutException:
-                timed_out = True
-            except Exception:  # noqa: BLE001  (a pair math-verify cannot compare is not equal)
-                continue
+            same, pair_timeout = guarded(lambda g=g, p=p: equal(g, p), timeout_s)
+            if same:
+                return True, False
+            timed_out = timed_out or pair_timeout
     return False, timed_out

@@ -64,6 +64,7 @@ def run_overrides(
     v, t = setting.verl, setting.train
     val = val_sampling([load_benchmark(b) for b in setting.eval.benchmarks], t.max_response_length)
     loggers = '["console","file","wandb"]' if wandb else '["console","file"]'
+    schedule_key = "lr_decay_style" if v.engine == "megatron" else "lr_scheduler_type"  # FSDP and Megatron differ
     overrides = [
         f"model_engine={'megatron' if v.engine == 'megatron' else 'dp'}",
         # data
@@ -84,8 +85,7 @@ def run_overrides(
         f"{ACTOR}.optim.lr={t.lr}",
         f"{ACTOR}.optim.weight_decay={v.optimizer.weight_decay}",
         f"{ACTOR}.optim.betas=[{v.optimizer.betas[0]},{v.optimizer.betas[1]}]",
-        # the schedule's key differs between the FSDP and Megatron optimizer configs
-        f"{ACTOR}.optim.{'lr_decay_style' if v.engine == 'megatron' else 'lr_scheduler_type'}={v.optimizer.lr_scheduler}",
+        f"{ACTOR}.optim.{schedule_key}={v.optimizer.lr_scheduler}",
         f"{ACTOR}.optim.lr_warmup_steps={v.optimizer.lr_warmup_steps}",
         f"{ACTOR}.optim.clip_grad={t.grad_clip}",
         f"{ACTOR}.ppo_mini_batch_size={t.prompts_per_step // t.mini_batches}",
