@@ -34,7 +34,8 @@ def test_dry_run_of_the_miniature_lists_every_job(tmp_path):
         "tiny_pretrain": 1,
         "train_local": 10,
         "evaluate": 10,
-        "aggregate": 1,
+        "aggregate_table": 1,
+        "aggregate_figure": 1,
         "tiny_sanity": 1,
     }
 

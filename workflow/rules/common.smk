@@ -42,7 +42,13 @@ def experiment_inputs(w):
 
 
 def experiment_targets(ids):
-    return [f"results/{i}/{name}" for i in ids for name in ("figure.png", "figure.pdf", "table.md", "table.csv", "table.tex")]
+    """Every experiment has tables; those with panels also have a figure."""
+    names = ["table.md", "table.csv", "table.tex"]
+    return [
+        f"results/{i}/{name}"
+        for i in ids
+        for name in names + (["figure.png", "figure.pdf"] if EXPERIMENTS[i].panels else [])
+    ]
 
 
 def base_of(w):

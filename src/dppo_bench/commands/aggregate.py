@@ -11,6 +11,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("experiment")
     p.add_argument("--runs", type=Path, default=Path("results/runs"), help="root of the run directories")
     p.add_argument("--out", type=Path, help="output directory (default: results/<experiment>)")
+    p.add_argument("--only", choices=["table", "figure"], help="write only the tables or only the figure")
     p.set_defaults(func=aggregate)
 
 
@@ -26,13 +27,16 @@ def aggregate(args: argparse.Namespace) -> int:
     runs = collect(experiment, settings, methods, args.runs)
     out = args.out or Path("results") / experiment.id
     out.mkdir(parents=True, exist_ok=True)
-    rows = table_rows(experiment, runs)
-    (out / "table.md").write_text(to_markdown(experiment, rows))
-    (out / "table.csv").write_text(to_csv(experiment, rows))
-    (out / "table.tex").write_text(to_latex(experiment, rows))
-    if experiment.panels:
-        plot(experiment, runs, out / "figure")
     usable = sum(r.usable for r in runs)
-    print(f"{experiment.id}: {usable}/{len(runs)} runs usable -> {out}/figure.png, table.md")
-    print((out / "table.md").read_text())
+    print(f"{experiment.id}: {usable}/{len(runs)} runs usable -> {out}")
+    if args.only != "figure":
+        rows = table_rows(experiment, runs)
+        (out / "table.md").write_text(to_markdown(experiment, rows))
+        (out / "table.csv").write_text(to_csv(experiment, rows))
+        (out / "table.tex").write_text(to_latex(experiment, rows))
+        print((out / "table.md").read_text())
+    if args.only != "table":
+        if not experiment.panels:
+            raise ValueError(f"experiment {experiment.id!r} has no panels, so no figure")
+        plot(experiment, runs, out / "figure")
     return 0
