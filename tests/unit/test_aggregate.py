@@ -9,8 +9,9 @@ import pytest
 
 from dppo_bench.aggregate.collect import collect
 from dppo_bench.aggregate.figures import gaussian_smooth, plot
+from dppo_bench.aggregate.reference import load_references
 from dppo_bench.aggregate.tables import table_rows, to_csv, to_latex, to_markdown
-from dppo_bench.config import Experiment, find_method, find_setting
+from dppo_bench.config import ConfigError, Experiment, find_method, find_setting
 from dppo_bench.rundir import RunDir
 
 SETTING = find_setting("tiny_smoke")
@@ -91,6 +92,26 @@ def test_missing_runs_are_shown_in_every_format(runs):
     assert float(parsed[0]["reward final"]) == pytest.approx(0.6) and parsed[2]["reward final"] == ""
 
 
+def test_paper_values_and_deltas(runs, tmp_path):
+    csv_path = tmp_path / "paper.csv"
+    csv_path.write_text(
+        "experiment,setting,method,metric,stat,value,source\n"
+        "agg_test,tiny_smoke,pg_is,train/reward_mean,final,0.5,read off Fig. X\n"
+        "other,tiny_smoke,pg_is,train/reward_mean,peak,0.9,another experiment\n"
+    )
+    refs = load_references("agg_test", csv_path)
+    rows = {r["method"]: r for r in table_rows(EXPERIMENT, runs, refs)}
+    assert rows["pg_is"]["reward final (paper)"] == 0.5
+    assert rows["pg_is"]["reward final Δ"] == pytest.approx(0.6 - 0.5)
+    assert rows["dppo_binary_tv"]["reward final (paper)"] is None and rows["dppo_binary_tv"]["reward final Δ"] is None
+    assert "reward peak (paper)" not in rows["pg_is"]  # no reference for that column in this experiment
+    md = to_markdown(EXPERIMENT, list(rows.values()))
+    assert "reward final (paper)" in md and "read off the paper's figures" in md
+    csv_path.write_text("experiment,setting,method,metric,stat,value,source\nagg_test,a,b,c,final,high,x\n")
+    with pytest.raises(ConfigError, match="line 2: value"):
+        load_references("agg_test", csv_path)
+
+
 def test_figure_files_are_written(runs, tmp_path):
     plot(EXPERIMENT, runs, tmp_path / "fig" / "figure")
     assert (tmp_path / "fig" / "figure.png").stat().st_size > 10_000
@@ -103,3 +124,17 @@ def test_gaussian_smoothing():
     assert y.sum() == pytest.approx(1.0, abs=0.05) and y[2] < 1 and y[1] == pytest.approx(y[3])
     assert np.allclose(gaussian_smooth(np.full(7, 3.0), 2.0), 3.0)
     assert gaussian_smooth(x, 0) is x
+
+
+def test_every_paper_reference_matches_a_run_and_a_column_of_its_experiment():
+    from dppo_bench.aggregate.reference import PAPER_CSV
+    from dppo_bench.config import find_experiment
+
+    rows = list(csv.DictReader(PAPER_CSV.open()))
+    assert len(rows) > 30
+    for row in rows:
+        experiment = find_experiment(row["experiment"])
+        runs = {(g.setting, m) for g in experiment.runs for m in g.methods}
+        assert (row["setting"], row["method"]) in runs, row
+        assert (row["metric"], row["stat"]) in {(c.metric, c.stat) for c in experiment.columns}, row
+        assert "read off Fig." in row["source"]

@@ -37,7 +37,8 @@ def mean_curve(runs: list[Run], metric: str) -> tuple[np.ndarray, np.ndarray]:
     return np.array(steps), np.array([np.mean([s[t] for s in series]) for t in steps])
 
 
-def plot(experiment: Experiment, runs: list[Run], out_stem: Path) -> None:
+def plot(experiment: Experiment, runs: list[Run], out_stem: Path, references: dict | None = None) -> None:
+    """The figure as png and pdf; the paper's final values, where known, as dotted lines in the run's colour."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -63,6 +64,9 @@ def plot(experiment: Experiment, runs: list[Run], out_stem: Path) -> None:
                     ax.plot(steps, gaussian_smooth(values, panel.smooth), style, color=colors[label], linewidth=1.5)
                 else:
                     ax.plot(steps, values, style, color=colors[label], marker="o", markersize=3, linewidth=1.3)
+                ref = (references or {}).get((group[0].setting, group[0].method, metric, "final"))
+                if ref is not None:
+                    ax.axhline(ref.value, color=colors[label], linestyle=":", linewidth=1.0)
         ax.set_title(panel.title)
         ax.set_xlabel("step")
         if panel.ylabel:
@@ -79,6 +83,11 @@ def plot(experiment: Experiment, runs: list[Run], out_stem: Path) -> None:
         )
         line.set_label(label + suffix)
         handles.append(line)
+    if references:
+        (paper,) = axes.flat[0].plot(
+            [], [], ":", color="grey", label="dotted: the paper's final value (read off its figure)"
+        )
+        handles.append(paper)
     fig.legend(handles=handles, loc="lower center", ncol=min(5, len(handles)), fontsize=8, frameon=False)
     fig.suptitle(f"{experiment.title} ({experiment.paper_item})")
     fig.tight_layout(rect=(0, 0.04 + 0.035 * math.ceil(len(handles) / 5), 1, 0.96))

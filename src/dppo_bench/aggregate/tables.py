@@ -7,7 +7,10 @@ import io
 import statistics
 
 from dppo_bench.aggregate.collect import Run
+from dppo_bench.aggregate.reference import Reference
 from dppo_bench.config import Column, Experiment
+
+References = dict[tuple[str, str, str, str], Reference]
 
 
 def series_stat(series: dict[int, float], stat: str) -> float | None:
@@ -39,7 +42,16 @@ def status_of(runs: list[Run]) -> str:
     return "; ".join(missing)
 
 
-def table_rows(experiment: Experiment, runs: list[Run]) -> list[dict]:
+def paper_columns(experiment: Experiment, references: References) -> list[Column]:
+    """The columns for which the paper has a value for some run of the experiment."""
+    keys = {(metric, stat) for (_, _, metric, stat) in references}
+    return [c for c in experiment.columns if (c.metric, c.stat) in keys]
+
+
+def table_rows(experiment: Experiment, runs: list[Run], references: References | None = None) -> list[dict]:
+    """One row per curve; with references, each column that has them gains "(paper)" and "Δ" (ours - paper)."""
+    references = references or {}
+    with_paper = paper_columns(experiment, references)
     rows = []
     for label, group in grouped(runs).items():
         usable = [r for r in group if r.usable]
@@ -53,33 +65,49 @@ def table_rows(experiment: Experiment, runs: list[Run]) -> list[dict]:
         for col in experiment.columns:
             values = [v for r in usable if (v := series_stat(r.series.get(col.metric, {}), col.stat)) is not None]
             row[col.title] = statistics.fmean(values) if values else None
+            if col in with_paper:
+                ref = references.get((group[0].setting, group[0].method, col.metric, col.stat))
+                row[f"{col.title} (paper)"] = ref.value if ref else None
+                row[f"{col.title} Δ"] = row[col.title] - ref.value if ref and row[col.title] is not None else None
         rows.append(row)
     return rows
 
 
-def _fmt(value: float | None, missing: str = "missing") -> str:
+def value_titles(experiment: Experiment, rows: list[dict]) -> list[str]:
+    """The value columns present in ``rows``, in table order."""
+    titles = []
+    for col in experiment.columns:
+        titles += [t for t in (col.title, f"{col.title} (paper)", f"{col.title} Δ") if rows and t in rows[0]]
+    return titles
+
+
+def _cell(row: dict, title: str, missing: str) -> str:
+    """A value; a missing result is ``missing``, a missing paper value or delta just "-"."""
+    value = row[title]
     if value is None:
-        return missing
+        return "-" if title.endswith(("(paper)", "Δ")) else missing
     return f"{value:.4g}" if abs(value) < 1e4 else f"{value:.3e}"
 
 
-def _header(columns: list[Column]) -> list[str]:
-    return ["run", "seeds", "status", *(c.title for c in columns)]
-
-
 def to_markdown(experiment: Experiment, rows: list[dict]) -> str:
-    head = _header(experiment.columns)
+    titles = value_titles(experiment, rows)
+    head = ["run", "seeds", "status", *titles]
     lines = [f"# {experiment.title} ({experiment.paper_item})", "", "| " + " | ".join(head) + " |"]
     lines.append("|" + "---|" * len(head))
     for row in rows:
-        cells = [row["run"], row["seeds"] or "-", row["status"], *(_fmt(row[c.title]) for c in experiment.columns)]
+        cells = [row["run"], row["seeds"] or "-", row["status"], *(_cell(row, t, "missing") for t in titles)]
         lines.append("| " + " | ".join(cells) + " |")
+    if any("(paper)" in t for t in titles):
+        lines += [
+            "",
+            "Paper values are read off the paper's figures by eye (results/reference/paper.csv, about ±0.01).",
+        ]
     return "\n".join(lines) + "\n"
 
 
 def to_csv(experiment: Experiment, rows: list[dict]) -> str:
     out = io.StringIO()
-    fields = ["run", "setting", "method", "seeds", "status", *(c.title for c in experiment.columns)]
+    fields = ["run", "setting", "method", "seeds", "status", *value_titles(experiment, rows)]
     writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     for row in rows:
@@ -94,9 +122,10 @@ def _tex(text: str) -> str:
 
 
 def to_latex(experiment: Experiment, rows: list[dict]) -> str:
-    head = _header(experiment.columns)
+    titles = value_titles(experiment, rows)
+    head = ["run", "seeds", "status", *titles]
     lines = [
-        r"\begin{tabular}{l" + "l" * 2 + "r" * len(experiment.columns) + "}",
+        r"\begin{tabular}{l" + "l" * 2 + "r" * len(titles) + "}",
         r"\toprule",
         " & ".join(_tex(h) for h in head) + r" \\",
         r"\midrule",
@@ -106,7 +135,7 @@ def to_latex(experiment: Experiment, rows: list[dict]) -> str:
             row["run"],
             row["seeds"] or "-",
             row["status"],
-            *(_fmt(row[c.title], "--") for c in experiment.columns),
+            *(_cell(row, t, "--") for t in titles),
         ]
         lines.append(" & ".join(_tex(c) for c in cells) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}"]

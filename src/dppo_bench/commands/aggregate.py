@@ -18,6 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def aggregate(args: argparse.Namespace) -> int:
     from dppo_bench.aggregate.collect import collect
     from dppo_bench.aggregate.figures import plot
+    from dppo_bench.aggregate.reference import load_references
     from dppo_bench.aggregate.tables import table_rows, to_csv, to_latex, to_markdown
     from dppo_bench.config import find_experiment, find_method, find_setting
 
@@ -25,12 +26,13 @@ def aggregate(args: argparse.Namespace) -> int:
     settings = {g.setting: find_setting(g.setting) for g in experiment.runs}
     methods = {m: find_method(m) for g in experiment.runs for m in g.methods}
     runs = collect(experiment, settings, methods, args.runs)
+    references = load_references(experiment.id)
     out = args.out or Path("results") / experiment.id
     out.mkdir(parents=True, exist_ok=True)
     usable = sum(r.usable for r in runs)
     print(f"{experiment.id}: {usable}/{len(runs)} runs usable -> {out}")
     if args.only != "figure":
-        rows = table_rows(experiment, runs)
+        rows = table_rows(experiment, runs, references)
         (out / "table.md").write_text(to_markdown(experiment, rows))
         (out / "table.csv").write_text(to_csv(experiment, rows))
         (out / "table.tex").write_text(to_latex(experiment, rows))
@@ -38,5 +40,5 @@ def aggregate(args: argparse.Namespace) -> int:
     if args.only != "table":
         if not experiment.panels:
             raise ValueError(f"experiment {experiment.id!r} has no panels, so no figure")
-        plot(experiment, runs, out / "figure")
+        plot(experiment, runs, out / "figure", references)
     return 0
