@@ -13,7 +13,7 @@ import sys
 
 from dppo_bench.config import ConfigError
 
-COMMAND_MODULES = ["methods", "data", "eval", "score", "tiny", "train", "evaluate", "aggregate"]
+COMMAND_MODULES = ["methods", "data", "eval", "score", "tiny", "train", "evaluate", "aggregate", "experiments"]
 
 
 def build_parser() -> argparse.ArgumentParser:
