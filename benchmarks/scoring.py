@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import resource
 import tempfile
 import time
 from pathlib import Path
@@ -66,6 +67,16 @@ def items_of(problems: ProblemSet, completions: dict[str, list[str]], answer_typ
     return [(c, answers[pid].answer, answer_type) for pid, cs in completions.items() for c in cs]
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU time (user + system) of this process, all its threads, and of the given child processes."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    total = own.ru_utime + own.ru_stime
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=min(2, default_workers()))
@@ -90,15 +101,16 @@ def main() -> None:
     with GradingPool(args.workers) as pool:
         start_s = time.perf_counter() - t0
         pool.grade_many(items_of(problems, completions, "math"))  # and the workers on the same samples
-        single_s = pool_s = float("inf")
+        single_s = pool_s = single_cpu = pool_cpu = float("inf")
         for r in range(1, args.rounds + 1):
             items = items_of(*make_samples(seed=r), "math")
-            t0 = time.perf_counter()
+            pids = [w.proc.pid for w in pool._pool]
+            c0, t0 = cpu_seconds([]), time.perf_counter()
             single = grade_many(items)
-            single_s = min(single_s, time.perf_counter() - t0)
-            t0 = time.perf_counter()
+            single_s, single_cpu = min(single_s, time.perf_counter() - t0), min(single_cpu, cpu_seconds([]) - c0)
+            c0, t0 = cpu_seconds(pids), time.perf_counter()
             pooled = pool.grade_many(items)
-            pool_s = min(pool_s, time.perf_counter() - t0)
+            pool_s, pool_cpu = min(pool_s, time.perf_counter() - t0), min(pool_cpu, cpu_seconds(pids) - c0)
             assert pooled == single, "the pool and the single process disagree"
     total = len(items)
     load_after = os.getloadavg()[0]
@@ -109,6 +121,10 @@ def main() -> None:
     print(f"    one process      {total / single_s:7.0f} verifications/s  ({single_s:.2f} s)")
     print(f"    pool, {args.workers} workers  {total / pool_s:7.0f} verifications/s  ({pool_s:.2f} s)")
     print(f"    ratio            {single_s / pool_s:7.2f}x  (pool start-up, paid once per command: {start_s:.2f} s)")
+    print(
+        f"    CPU seconds      {single_cpu:.2f} in one process, {pool_cpu:.2f} in the pool (parent and workers): "
+        f"on {args.workers} otherwise idle CPUs at most {args.workers * single_cpu / pool_cpu:.2f}x"
+    )
     print("(B) full AIME-style scoring as configured (answer_type integer): read + grade + metrics + pool start-up")
     print(f"    {full_s:.2f} s for {total} samples ({total / full_s:.0f}/s); avg@32 = {scores['avg@32']:.4f}")
     print(f"    1-minute load average {load_before:.2f} before, {load_after:.2f} after ({default_workers()} CPUs)")

@@ -2,7 +2,8 @@
 
 Each worker is a fresh interpreter (not a fork: safe when the caller has threads, Ray or torch, and it never
 re-imports the caller's ``__main__``), fed through a pipe. A dispatcher thread keeps up to ``PIPELINE_DEPTH``
-items queued in each worker's pipe, so a worker never waits for the parent between items, and enforces a hard
+items queued in each worker's pipe (sent in chunks of consecutive items), so a worker never waits for the parent
+between items, and enforces a hard
 wall-clock limit on the item at the head of each worker's queue: a worker that overruns it (stuck in one long
 C call, where SIGALRM cannot interrupt) or crashes is killed and replaced, that item is recorded as a timeout,
 and the items queued behind it are given to other workers. Thread-safe: ``check`` may be called from any thread.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import math
 import multiprocessing as mp
 import os
+import select
 import subprocess
 import sys
 import threading
@@ -20,12 +22,13 @@ import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 
 from dppo_bench.eval import verifier
 
-PIPELINE_DEPTH = 2  # items queued per worker: the next one waits in the pipe while the parent refills
-LARGE_PAYLOAD = 8192  # characters; larger items go only to an idle worker (a full pipe would block the dispatcher)
+PIPELINE_DEPTH = 16  # items queued per worker, so it never waits for the dispatcher between items
+CHUNK = 8  # items per message: consecutive items (one problem's) go to one worker, which keeps its caches warm
+LARGE_PAYLOAD = 8192  # characters; larger items go alone to an idle worker (a full pipe would block the dispatcher)
 _WORKER_CMD = "import sys; from dppo_bench.eval.pool import serve; serve(int(sys.argv[1]), int(sys.argv[2]))"
 TIMEOUT_RESULT = (False, True)  # (correct, timeout) of an item the worker did not finish
 STARTUP_LIMIT_S = 120.0  # a worker that is not ready (interpreter + math-verify import) by then counts as crashed
@@ -38,16 +41,16 @@ def serve(read_fd: int, write_fd: int) -> None:
     outbox.send(("ready", None))
     while True:
         try:
-            task = inbox.recv()
+            task = inbox.recv()  # a list of (prediction, answer, timeout_s), or None to stop
         except (EOFError, OSError):
             return  # the parent is gone
         if task is None:
             return
-        prediction, answer, timeout_s = task
-        try:
-            outbox.send(("ok", verifier.check(prediction, answer, timeout_s)))
-        except Exception as e:  # noqa: BLE001  (reported to the caller as an error, not a verdict)
-            outbox.send(("error", f"{type(e).__name__}: {e}"))
+        for prediction, answer, timeout_s in task:  # a chunk: one result message per item, in order
+            try:
+                outbox.send(("ok", verifier.check(prediction, answer, timeout_s)))
+            except Exception as e:  # noqa: BLE001  (reported to the caller as an error, not a verdict)
+                outbox.send(("error", f"{type(e).__name__}: {e}"))
 
 
 @dataclass
@@ -177,55 +180,81 @@ class VerifierPool:
             pass  # closing
 
     def _dispatch(self) -> None:
+        poller = select.poll()  # kept across iterations: connection.wait() would build a selector every call
+        poller.register(self._wake_r.fileno(), select.POLLIN)
+        polled: dict[int, _Worker] = {}
         while True:
             with self._lock:
                 self._feed()
                 busy = [w for w in self._pool if w.inflight]
                 if self._closing and not busy and not self._queue:
                     return
-                watched = [w for w in self._pool if w.inflight or not w.ready]
-            timeout = max(0.0, min(w.deadline for w in busy) - time.monotonic()) if busy else None
-            ready = wait([w.conn for w in watched] + [self._wake_r], timeout)
-            if self._wake_r in ready:
-                while self._wake_r.poll():
+                for w in self._pool:
+                    if w.conn.fileno() not in polled or polled[w.conn.fileno()] is not w:
+                        polled[w.conn.fileno()] = w
+                        poller.register(w.conn.fileno(), select.POLLIN)
+            deadline = min((w.deadline for w in busy), default=math.inf)
+            timeout_ms = None if deadline == math.inf else max(0, math.ceil((deadline - time.monotonic()) * 1000))
+            ready = {fd for fd, _ in poller.poll(timeout_ms)}
+            if self._wake_r.fileno() in ready:
+                while select.select([self._wake_r], [], [], 0)[0]:
                     self._wake_r.recv_bytes()
             with self._lock:
-                for w in watched:
-                    if w.conn in ready:
+                for fd in [fd for fd, w in polled.items() if w not in self._pool]:  # replaced workers
+                    poller.unregister(fd)
+                    del polled[fd]
+                for w in list(self._pool):
+                    if w.conn.fileno() in ready:
                         self._collect(w)
                     elif time.monotonic() >= w.deadline:
                         self._fail(w)
 
     def _feed(self) -> None:
-        """Hand queued items out round-robin, up to PIPELINE_DEPTH per worker."""
-        for depth in range(1, PIPELINE_DEPTH + 1):
+        """Hand queued items out in chunks, round-robin, up to PIPELINE_DEPTH per worker."""
+        sent = True
+        while self._queue and sent:
+            sent = False
             for i in range(len(self._pool)):
-                if not self._queue:
-                    return
-                w = self._pool[i]
-                if len(w.inflight) < depth and not (self._queue[0].size > LARGE_PAYLOAD and w.inflight):
-                    self._send(i, self._queue.popleft())
+                # small queues are spread over all workers rather than sent to the first one
+                size = min(CHUNK, max(1, -(-len(self._queue) // len(self._pool))))
+                chunk = self._take(self._pool[i], size)
+                if chunk:
+                    self._send(i, chunk)
+                    sent = True
 
-    def _send(self, i: int, task: _Task) -> None:
+    def _take(self, w: _Worker, size: int) -> list[_Task]:
+        chunk: list[_Task] = []
+        room = min(size, PIPELINE_DEPTH - len(w.inflight))
+        while self._queue and len(chunk) < room:
+            large = self._queue[0].size > LARGE_PAYLOAD
+            if large and (w.inflight or chunk):
+                break
+            chunk.append(self._queue.popleft())
+            if large:
+                break
+        return chunk
+
+    def _send(self, i: int, chunk: list[_Task]) -> None:
         w = self._pool[i]
         if not w.inflight:
             w.head_started = time.monotonic()
-        w.inflight.append(task)
+        w.inflight.extend(chunk)
         try:
-            w.outbox.send(task.payload)
-        except OSError:  # the worker died: the item goes back to the queue and the worker is replaced
-            w.inflight.pop()
-            self._queue.appendleft(task)
+            w.outbox.send([task.payload for task in chunk])
+        except OSError:  # the worker died: the chunk goes back to the queue and the worker is replaced
+            for _ in chunk:
+                w.inflight.pop()
+            self._queue.extendleft(reversed(chunk))
             if w.inflight:
                 self._fail(w)  # it died on its head item
             else:
                 self._respawn(w)
 
     def _collect(self, w: _Worker) -> None:
-        while (w.inflight or not w.ready) and w.conn.poll():
+        while select.select([w.conn], [], [], 0)[0]:  # Connection.poll() would build a selector every call
             try:
                 status, value = w.conn.recv()
-            except (EOFError, OSError):  # the worker crashed (on its head item, if it has one)
+            except (EOFError, OSError):  # the worker died (on its head item, if it has one)
                 if w.inflight:
                     self._fail(w)
                 else:
