@@ -5,7 +5,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test demo lint bench clean-venv
+CORES ?= 2
+export PATH := $(abspath $(BIN)):$(PATH)
+
+.PHONY: venv test demo smoke lint bench clean-venv
 
 venv: $(STAMP)
 
@@ -20,6 +23,14 @@ $(STAMP): pyproject.toml
 
 test: venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The CPU miniature of the paper's sanity test (Fig. 3), end to end through the pipeline.
+demo: venv
+	$(BIN)/snakemake --cores $(CORES) tiny_sanity
+	@echo "figure: results/tiny_sanity/figure.png (and .pdf); table: results/tiny_sanity/table.md (.csv, .tex)"
+
+smoke: venv
+	$(BIN)/snakemake --cores $(CORES) tiny_smoke
 
 lint: venv
 	$(BIN)/ruff check src tests benchmarks
