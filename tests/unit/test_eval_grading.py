@@ -6,6 +6,7 @@ import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,18 @@ PARENS = "\\boxed{" + "(" * 3000 + "1" + ")" * 3000 + "}"
 HUGE_BOX = "\\boxed{" + "+".join(["x^{2}"] * 40_000) + "}"  # 240 kB inside one box
 LONG_TEXT = "We reason at length. " * 10_000 + "\\boxed{7}"  # 210 kB of text, then a plain answer
 PATHOLOGICAL = [(TOWER, "7"), (PARENS, "7"), (HUGE_BOX, "7")]
+
+
+@contextmanager
+def stopped_workers(pool, hard_timeout_s: float):
+    """SIGSTOP makes every worker unresponsive (as inside one endless C call) under a short hard limit."""
+    pool.hard_timeout_s = hard_timeout_s
+    try:
+        for w in pool._pool:
+            os.kill(w.proc.pid, signal.SIGSTOP)
+        yield
+    finally:
+        pool.hard_timeout_s = None
 
 
 @pytest.fixture(scope="module")
@@ -76,18 +89,13 @@ def test_pathological_from_threads(pool):
 
 
 def test_a_stuck_worker_is_killed_at_the_hard_limit(pool):
-    """SIGSTOP makes workers unresponsive (as inside one endless C call): the item times out, workers are replaced."""
+    """The items of unresponsive workers time out; the workers are replaced."""
     restarts = pool.restarts
-    pool.hard_timeout_s = 1.0
-    try:
-        for w in pool._pool:
-            os.kill(w.proc.pid, signal.SIGSTOP)
-        t0 = time.perf_counter()
+    t0 = time.perf_counter()
+    with stopped_workers(pool, 1.0):
         verdicts = pool.grade_many([("\\boxed{\\frac{14}{2}}", "7", "auto"), ("\\boxed{\\frac{21}{3}}", "7", "auto")])
-        assert verdicts == [Verdict(False, True, "\\frac{14}{2}"), Verdict(False, True, "\\frac{21}{3}")]
-        assert time.perf_counter() - t0 < 5
-    finally:
-        pool.hard_timeout_s = None
+    assert verdicts == [Verdict(False, True, "\\frac{14}{2}"), Verdict(False, True, "\\frac{21}{3}")]
+    assert time.perf_counter() - t0 < 5
     assert pool.restarts == restarts + 2
     assert pool.grade("\\boxed{\\frac{14}{2}}", "7") == Verdict(True, False, "\\frac{14}{2}")
 
@@ -113,13 +121,8 @@ def test_items_queued_behind_a_killed_worker_are_not_lost():
 
 def test_identical_pairs_are_verified_once(pool):
     restarts = pool.restarts
-    pool.hard_timeout_s = 1.0
-    try:
-        for w in pool._pool:
-            os.kill(w.proc.pid, signal.SIGSTOP)
+    with stopped_workers(pool, 1.0):
         verdicts = pool.grade_many([("\\boxed{\\frac{14}{2}}", "7", "auto")] * 5)
-    finally:
-        pool.hard_timeout_s = None
     assert verdicts == [Verdict(False, True, "\\frac{14}{2}")] * 5 and pool.restarts == restarts + 1
 
 

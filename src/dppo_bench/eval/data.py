@@ -66,22 +66,27 @@ def read_rows(path: Path) -> list[dict]:
         import pyarrow.parquet as pq
 
         return pq.read_table(path).to_pylist()
-    text = path.read_text(encoding="utf-8")
     if suffix == ".json":
-        rows = json.loads(text)
+        rows = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(rows, list):
             raise DataError(f"{path}: expected a JSON list of objects")
         return rows
     if suffix == ".jsonl":
-        rows = []
-        for n, line in enumerate(text.splitlines(), 1):
+        return read_jsonl(path)
+    raise DataError(f"{path}: unsupported file type {suffix!r} (use .jsonl, .json or .parquet)")
+
+
+def read_jsonl(path: Path, errors: str = "strict") -> list[dict]:
+    """One JSON value per non-blank line; a bad line is an error naming the file and the line."""
+    rows = []
+    with open(path, encoding="utf-8", errors=errors) as f:
+        for n, line in enumerate(f, 1):
             if line.strip():
                 try:
                     rows.append(json.loads(line))
                 except json.JSONDecodeError as e:
                     raise DataError(f"{path}: line {n}: not valid JSON: {e}") from None
-        return rows
-    raise DataError(f"{path}: unsupported file type {suffix!r} (use .jsonl, .json or .parquet)")
+    return rows
 
 
 def read_hub_rows(hub: HubSource, repo: str | None = None) -> list[dict]:

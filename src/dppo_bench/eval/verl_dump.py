@@ -12,13 +12,12 @@ of other validation sets match no problem and are skipped.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections import defaultdict
 from pathlib import Path
 
 from dppo_bench.config import canonical_sha256
-from dppo_bench.eval.data import DataError, Problem, ProblemSet
+from dppo_bench.eval.data import DataError, Problem, ProblemSet, read_jsonl
 from dppo_bench.eval.samples import write_samples
 
 _INT = re.compile(r"\s*[+-]?\d+\s*")
@@ -39,18 +38,6 @@ def dump_path(dump: Path, step: int | None) -> Path:
     if not steps:
         raise DataError(f"{dump}: no <step>.jsonl validation dumps")
     return dump / f"{steps[-1]}.jsonl"
-
-
-def read_dump(path: Path) -> list[dict]:
-    rows = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise DataError(f"{path}: line {n}: not valid JSON: {e}") from None
-    return rows
 
 
 def _same_answer(a: str, b: str) -> bool:
@@ -82,7 +69,7 @@ def convert_dump(
 ) -> dict:
     """Write ``out`` (a new samples file) from one dump; returns counts per problem and skipped rows."""
     path = dump_path(dump, step)
-    rows = read_dump(path)
+    rows = read_jsonl(path, errors="replace")  # verl writes whatever the tokenizer decoded
     match = _Matcher(problems)
     completions: dict[str, list[str]] = defaultdict(list)
     prompts: dict[str, str] = {}
