@@ -178,6 +178,26 @@ def test_duplicate_ids_are_an_error():
         normalize([{"id": "p", "q": "x", "a": "1"}, {"id": "p", "q": "y", "a": "2"}], fields, "src.jsonl")
 
 
+def test_a_benchmark_on_a_file_the_pipeline_generates(tmp_path, capsys):
+    """Like the CPU miniature's tiny_arith: a local jsonl written by the pipeline, integer answers, no pinned hash."""
+    data = tmp_path / "results" / "tiny_arith.jsonl"
+    data.parent.mkdir()
+    data.write_text(
+        "".join(json.dumps({"id": f"t{i}", "problem": f"{i}+{i}=?", "answer": str(2 * i)}) + "\n" for i in range(5))
+    )
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "tiny_arith.yaml").write_text(
+        "title: tiny\ndata_source: tiny_arith\nanswer_type: integer\nprompt: r1_boxed\nn: 4\n"
+        "sampling: {temperature: 1.0, top_p: 1.0, max_tokens: 16}\n"
+        f"sources:\n  local: {{path: {data}, sha256: null}}\n"
+    )
+    spec = load_benchmark("tiny_arith", tmp_path / "eval")
+    problems = load_problem_set(spec)
+    assert (len(problems.problems), problems.pinned_sha256, problems.source_kind) == (5, None, "local")
+    manifest = prepare(spec, problems, load_prompt(spec.prompt), tmp_path / "prepared")
+    assert manifest["verified"] is False and manifest["data_sha256"] == problems.sha256
+
+
 def test_missing_local_file_and_directory_layouts(tmp_path):
     spec = load_benchmark("aime24")
     with pytest.raises(DataError, match="holds neither aime24.jsonl nor aime24/aime24.jsonl"):

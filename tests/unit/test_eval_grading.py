@@ -77,10 +77,15 @@ def test_pathological_in_the_pool(pool):
 
 def test_pathological_from_threads(pool):
     """Threads cannot use SIGALRM: grade() routes them through the shared pool; the pool itself is thread-safe."""
-    items = [(TOWER, "7", "auto"), (LONG_TEXT, "7", "auto"), ("\\boxed{\\frac{14}{2}}", "7", "auto")]
-    with ThreadPoolExecutor(3) as ex:
+    items = [
+        (TOWER, "7", "auto"),
+        (PARENS, "7", "auto"),
+        (LONG_TEXT, "7", "auto"),
+        ("\\boxed{\\frac{14}{2}}", "7", "auto"),
+    ]
+    with ThreadPoolExecutor(4) as ex:
         from_pool = list(ex.map(lambda item: pool.grade(*item), items))
-    assert [(v.correct, v.timeout) for v in from_pool] == [(False, True), (True, False), (True, False)]
+    assert [(v.correct, v.timeout) for v in from_pool] == [(False, True), (False, True), (True, False), (True, False)]
     result = {}
     worker = threading.Thread(target=lambda: result.update(v=grade("\\boxed{\\frac{14}{2}}", "7")))
     worker.start()
