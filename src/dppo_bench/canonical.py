@@ -36,3 +36,39 @@ STEP_SECONDS = "perf/step_s"
 
 def eval_metric(benchmark: str, n: int) -> str:
     return f"eval/{benchmark}/avg@{n}"
+
+
+# --- the verl backend: verl 0.9.1's logged keys (FileLogger rows) -> canonical names -------------------------------
+# Read by dppo_bench.verl_plugin.records; a key that is not here stays only in the raw attempt logs.
+VERL_PATCH_PREFIX = "dppo_bench/"  # keys our verl patch (dppo_bench.verl_plugin.mismatch) logs
+
+VERL_KEYS = {
+    # The training reward. verl logs the mean sequence score of the batch; our reward function
+    # (dppo_bench.eval.verl_reward) scores 1.0 correct / 0.0 wrong unless its incorrect_score is set, which
+    # run_config never does: critic/score/mean is then the 0/1 accuracy the paper plots.
+    "critic/score/mean": REWARD_MEAN,
+    "response_length/mean": RESPONSE_LENGTH_MEAN,
+    # Token-mean entropy of pi(theta') over response tokens, from the log-prob pass at the rollout's parameters
+    # (decoupled mode: verl's recompute; bypass mode: our diagnostic pass). verl's own actor/entropy is aggregated
+    # with the loss mode (seq-mean-token-sum-norm divides by the max length), so it is not this number.
+    f"{VERL_PATCH_PREFIX}entropy_mean": ENTROPY_MEAN,
+    # |pi - mu| at equal parameters (both modes: see dppo_bench.verl_plugin.mismatch)
+    **{f"{VERL_PATCH_PREFIX}{name}": name for name in MISMATCH.values()},
+    # the surrogate's statistics, returned by our loss modes as actor/<stat> (mean over micro-batches and ranks)
+    **{f"actor/{stat}": name for stat, name in SURROGATE_STATS.items()},
+    "actor/topk_divergence_mean": "tr/topk_divergence_mean",
+    "actor/topk_divergence_max": "tr/topk_divergence_max",
+    # wall clock of one training step (rollout, log-probs, update, checkpoint; not the validation)
+    "timing_s/step": STEP_SECONDS,
+    "timing_s/gen": "perf/rollout_s",
+    "timing_s/old_log_prob": "perf/recompute_s",  # includes the bypass-mode mismatch pass
+    "timing_s/update_actor": "perf/update_s",
+    "timing_s/testing": "perf/validation_s",
+    "actor/pg_loss": "train/loss",
+    "actor/grad_norm": "train/grad_norm",
+    "actor/lr": "train/lr",
+    "response_length/clip_ratio": "train/response_clip_frac",
+}
+
+# online validation: val-core/<data_source>/acc/mean@<n> -> eval/<benchmark>/avg@<n>
+VERL_VALIDATION_KEY = r"val-core/(?P<data_source>.+)/acc/mean@(?P<n>\d+)"

@@ -1,9 +1,14 @@
-"""``dppo-bench train``: one training run (setting x method x seed) into its run directory."""
+"""``dppo-bench train``: one training run (setting x method x seed) into its run directory.
+
+The setting's backend decides how: ``local`` trains in this process (dppo_bench.local), ``verl`` runs verl's
+trainer with the run's overrides (dppo_bench.verl_plugin.launch). Either resumes from its last checkpoint.
+"""
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import sys
 from pathlib import Path
 
 
@@ -14,13 +19,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", required=True, type=int)
     p.add_argument("--out", required=True, type=Path, help="the run directory")
     p.add_argument("--base-model", type=Path, help="local backend: the pretrained base model dir")
-    p.add_argument("--train-data", type=Path, help="local backend: the training split (normalized jsonl)")
+    p.add_argument(
+        "--train-data",
+        type=Path,
+        help="the training set: local backend, the normalized jsonl split; verl, the prepared parquet",
+    )
     p.add_argument("--no-progress", action="store_true")
+    verl = p.add_argument_group("verl backend")
+    verl.add_argument(
+        "--val-data",
+        type=lambda text: tuple(Path(x) for x in text.split(",") if x),
+        default=(),
+        help="prepared parquet files of the online benchmarks, comma-separated, in the setting's eval.benchmarks order",
+    )
+    verl.add_argument("--wandb", action="store_true", help="also log to wandb (offline unless WANDB_MODE is set)")
+    verl.add_argument(
+        "--verl-command",
+        help="the command that starts verl's trainer, e.g. inside a container "
+        "(default: this Python's -m verl.trainer.main_ppo)",
+    )
     p.set_defaults(func=train)
 
 
 def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def start_record(run_dir, setting, recipe, seed: int, inputs: dict) -> dict:
@@ -62,8 +88,8 @@ def train(args: argparse.Namespace) -> int:
 
     setting, recipe = find_setting(args.setting), find_method(args.method)
     recipe.profile(setting.hyperparameter_profile)  # fail now, not mid-run, on a missing profile
-    if setting.backend != "local":
-        raise ValueError(f"setting {setting.id!r} uses backend {setting.backend!r}, which this command does not run")
+    if setting.backend == "verl":
+        return train_verl(args, setting, recipe)
     if args.base_model is None or args.train_data is None:
         raise ValueError("a local-backend run needs --base-model and --train-data")
     from dppo_bench.local.trainer import LocalRun, LocalTrainer
@@ -86,4 +112,27 @@ def train(args: argparse.Namespace) -> int:
         raise
     run_dir.update_run(**outcome, finished_at=now())
     run_dir.mark_done(outcome)
+    return 0
+
+
+def train_verl(args: argparse.Namespace, setting, recipe) -> int:
+    from dppo_bench.rundir import RunDir
+    from dppo_bench.verl_plugin.launch import VerlRun, launch, parse_command
+
+    if args.train_data is None or not args.val_data:
+        raise ValueError("a verl-backend run needs --train-data (parquet) and --val-data (one parquet per benchmark)")
+    run = VerlRun(
+        setting=setting,
+        recipe=recipe,
+        seed=args.seed,
+        run_dir=RunDir(args.out),
+        train_data=args.train_data,
+        val_data=args.val_data,
+        wandb=args.wandb,
+        command=parse_command(args.verl_command),
+    )
+    outcome = launch(run)
+    if outcome["status"] != "completed":
+        print(f"dppo-bench train: {args.out}: {outcome['error']}", file=sys.stderr)
+        return 1
     return 0

@@ -10,8 +10,9 @@ environment: ``VERL_USE_EXTERNAL_MODULES=dppo_bench.verl_plugin`` (verl imports 
 modules on ``import verl``), forwarded to Ray workers with
 ``+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=dppo_bench.verl_plugin``.
 
-Importing the plugin also installs the Top-K patches (:mod:`dppo_bench.verl_plugin.topk`), after
-checking that the installed verl is the pinned one; on any other version the import fails.
+Importing the plugin also installs the Top-K patches (:mod:`dppo_bench.verl_plugin.topk`) and the
+bypass-mode mismatch measurement (:mod:`dppo_bench.verl_plugin.mismatch`), after checking that the
+installed verl is the pinned one; on any other version the import fails.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import logging
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, register_policy_loss
 
 from dppo_bench.methods import get_mask, mask_names
+from dppo_bench.verl_plugin import mismatch
 from dppo_bench.verl_plugin.losses import make_verl_loss
 from dppo_bench.verl_plugin.topk.install import VerlVersionError, install
 
@@ -41,8 +43,9 @@ def ensure_registered() -> None:
 
 
 register_all()
-try:  # the Top-K plumbing: patches of verl 0.9.1 applied as their modules are imported
+try:  # the Top-K plumbing and the mismatch pass: patches of verl 0.9.1 applied as their modules are imported
     install()
+    mismatch.install()
 except VerlVersionError as err:  # verl logs a failed plugin import at debug level only: say it louder
     logging.getLogger(__name__).error("%s", err)
     raise

@@ -29,6 +29,7 @@ class RunPaths:
     train_file: Path  # the prepared training parquet
     val_files: tuple[Path, ...]  # one prepared parquet per online benchmark
     metrics_log: Path  # verl's FileLogger output for this attempt (see dppo_bench.verl_plugin.records)
+    model: Path | None = None  # a local snapshot of the setting's model at its pinned revision (None: the hub id)
 
     @property
     def checkpoints(self) -> Path:
@@ -54,9 +55,16 @@ def val_sampling(benchmarks: list, max_tokens: int) -> dict:
 
 
 def run_overrides(
-    recipe: MethodRecipe, setting: Setting, seed: int, paths: RunPaths, *, wandb: bool = False
+    recipe: MethodRecipe,
+    setting: Setting,
+    seed: int,
+    paths: RunPaths,
+    *,
+    wandb: bool = False,
+    wandb_mode: str = "offline",
 ) -> list[str]:
-    """Every override of one run; ``wandb`` adds verl's wandb logger (offline unless WANDB_MODE says so)."""
+    """Every override of one run; ``wandb`` adds verl's wandb logger in ``wandb_mode`` (the launcher passes the
+    user's WANDB_MODE, offline when unset)."""
     from dppo_bench.eval.spec import load_benchmark
 
     if setting.verl is None:
@@ -78,7 +86,7 @@ def run_overrides(
         f"data.seed={seed}",
         *(f"++data.apply_chat_template_kwargs.{k}={val_}" for k, val_ in v.chat_template_kwargs.items()),
         # model
-        f"{MODEL}.path={v.model.path}",
+        f"{MODEL}.path={paths.model or v.model.path}",
         f"{MODEL}.use_remove_padding=True",
         f"{MODEL}.enable_gradient_checkpointing=True",
         # actor: the schedule of Table 1 / App. C, then the method
@@ -122,8 +130,14 @@ def run_overrides(
         # reward: our extraction and verifier, the same code that scores offline
         f"reward.custom_reward_function.path={REWARD_FUNCTION}",
         "reward.custom_reward_function.name=compute_score",
-        # trainer
+        # trainer: verl's v1 trainer in sync mode, the one our mismatch pass patches (dppo_bench.verl_plugin.mismatch);
+        # every rollout is then generated at the parameters the next update starts from
+        "trainer.use_v1=True",
+        "trainer.v1.trainer_mode=sync",
         f"trainer.total_training_steps={t.steps}",
+        # verl also stops after total_epochs passes over the data (default 30: 660 steps of the 1,460-problem sanity
+        # set); an epoch is at least one step, so this bound never cuts a run short of total_training_steps
+        f"trainer.total_epochs={t.steps}",
         f"trainer.test_freq={setting.eval.every}",
         "trainer.val_before_train=True",
         f"trainer.save_freq={t.save_every}",
@@ -142,7 +156,7 @@ def run_overrides(
     if setting.loss_agg_mode.endswith("-norm"):  # a constant normaliser, not each micro-batch's padded length
         overrides.append(f"{ACTOR}.loss_scale_factor={t.max_response_length}")
     if wandb:
-        overrides.append(f"{ENV}.WANDB_DIR={paths.run_dir}")
+        overrides += [f"{ENV}.WANDB_DIR={paths.run_dir}", f"{ENV}.WANDB_MODE={wandb_mode}"]
     return overrides + engine_overrides(setting)
 
 

@@ -1,0 +1,225 @@
+"""A Ray cluster inside a SLURM allocation, for verl runs that span several nodes.
+
+verl's trainer connects to a running Ray cluster when ``RAY_ADDRESS`` is set, and starts a one-node cluster of
+its own otherwise. Across nodes the cluster has to be built inside the allocation first, the way verl's
+``examples/slurm/ray_on_slurm.slurm`` does it: one ``srun`` step per node, ``ray start --head`` on the first
+node and ``ray start --address`` on the others (each ``--block``, so the step lives as long as Ray does), then the
+trainer on the head node. :class:`RayOnSlurm` does this, waits until every node and GPU has joined, and stops Ray
+when the trainer ends. The commands are built by plain functions, tested without SLURM.
+
+The pipeline runs a multi-node training job as an ``mpi`` job of the SLURM executor plugin, so that its command
+runs in the batch step on the first node instead of inside a one-task ``srun`` (see ``workflow/rules/verl.smk``).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+RAY_PORT = 6379
+
+
+class ClusterError(RuntimeError):
+    """The Ray cluster could not be built inside the allocation."""
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """The allocation this process runs in (from SLURM's environment variables)."""
+
+    job_id: str
+    nodelist: str
+    num_nodes: int
+    cpus_per_task: int | None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> SlurmJob | None:
+        if "SLURM_JOB_ID" not in env:
+            return None
+        for key in ("SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES"):
+            if not env.get(key):
+                raise ClusterError(f"inside SLURM job {env['SLURM_JOB_ID']} but {key} is not set")
+        cpus = env.get("SLURM_CPUS_PER_TASK")
+        return cls(
+            env["SLURM_JOB_ID"], env["SLURM_JOB_NODELIST"], int(env["SLURM_JOB_NUM_NODES"]), int(cpus) if cpus else None
+        )
+
+    def record(self) -> dict:
+        return {"job_id": self.job_id, "nodelist": self.nodelist, "num_nodes": self.num_nodes}
+
+
+@dataclass(frozen=True)
+class RayCluster:
+    head: str
+    workers: tuple[str, ...]
+    head_ip: str
+    gpus_per_node: int
+    cpus_per_node: int | None = None
+    port: int = RAY_PORT
+    ray: str = "ray"  # the ray executable (of the environment the trainer runs in)
+
+    @property
+    def address(self) -> str:
+        return f"{self.head_ip}:{self.port}"
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return (self.head, *self.workers)
+
+
+def on_node(node: str, argv: Sequence[str]) -> list[str]:
+    """One task on one node of the allocation; ``--overlap`` lets the Ray steps and the trainer share the node."""
+    return ["srun", "--overlap", "--nodes=1", "--ntasks=1", "-w", node, *argv]
+
+
+def _resources(cluster: RayCluster) -> list[str]:
+    cpus = [f"--num-cpus={cluster.cpus_per_node}"] if cluster.cpus_per_node else []
+    return [f"--num-gpus={cluster.gpus_per_node}", *cpus]
+
+
+def head_command(cluster: RayCluster) -> list[str]:
+    start = [cluster.ray, "start", "--head", f"--node-ip-address={cluster.head_ip}", f"--port={cluster.port}"]
+    return on_node(cluster.head, [*start, *_resources(cluster), "--block"])
+
+
+def worker_command(cluster: RayCluster, node: str) -> list[str]:
+    return on_node(node, [cluster.ray, "start", f"--address={cluster.address}", *_resources(cluster), "--block"])
+
+
+def driver_command(cluster: RayCluster, argv: Sequence[str]) -> list[str]:
+    return on_node(cluster.head, argv)
+
+
+def hostnames_command(nodelist: str) -> list[str]:
+    return ["scontrol", "show", "hostnames", nodelist]
+
+
+def ip_command(node: str) -> list[str]:
+    return on_node(node, ["hostname", "--ip-address"])
+
+
+def parse_ip(output: str) -> str:
+    """The node's address from ``hostname --ip-address`` (the first IPv4 one when it prints several)."""
+    addresses = output.split()
+    if not addresses:
+        raise ClusterError("hostname --ip-address printed nothing")
+    ipv4 = [a for a in addresses if a.count(".") == 3 and all(p.isdigit() for p in a.split("."))]
+    return (ipv4 or addresses)[0]
+
+
+def _output(argv: list[str]) -> str:
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if proc.returncode:
+        raise ClusterError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
+    return proc.stdout
+
+
+def plan_cluster(
+    job: SlurmJob, nodes: int, gpus_per_node: int, *, output: Callable[[list[str]], str] = _output
+) -> RayCluster:
+    """Head and workers among the allocation's nodes, and the head's address."""
+    hosts = output(hostnames_command(job.nodelist)).split()
+    if len(hosts) < nodes:
+        raise ClusterError(f"the setting needs {nodes} nodes; SLURM job {job.job_id} has {len(hosts)} ({job.nodelist})")
+    ray = Path(sys.executable).with_name("ray")
+    return RayCluster(
+        head=hosts[0],
+        workers=tuple(hosts[1:nodes]),
+        head_ip=parse_ip(output(ip_command(hosts[0]))),
+        gpus_per_node=gpus_per_node,
+        cpus_per_node=job.cpus_per_task,
+        ray=str(ray) if ray.exists() else "ray",
+    )
+
+
+_PROBE = (
+    "import json, sys, ray\n"
+    "ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False)\n"
+    "alive = [n for n in ray.nodes() if n['Alive']]\n"
+    "print(json.dumps({'nodes': len(alive), 'gpus': sum(n['Resources'].get('GPU', 0) for n in alive)}))\n"
+)
+
+
+def probe_cluster(address: str) -> tuple[int, float] | None:
+    """(alive nodes, GPUs) of the cluster at ``address``; None while it does not answer."""
+    proc = subprocess.run([sys.executable, "-c", _PROBE, address], capture_output=True, text=True, check=False)
+    if proc.returncode:
+        return None
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    return info["nodes"], info["gpus"]
+
+
+class RayOnSlurm:
+    """``with RayOnSlurm(cluster) as env:`` a running cluster; ``env`` points the trainer at it."""
+
+    def __init__(
+        self,
+        cluster: RayCluster,
+        *,
+        probe: Callable[[str], tuple[int, float] | None] = probe_cluster,
+        popen: Callable[..., subprocess.Popen] = subprocess.Popen,
+        timeout_s: float = 600.0,
+        poll_s: float = 5.0,
+        stop_timeout_s: float = 60.0,
+        log: Callable[[str], None] = print,
+    ):
+        self.cluster, self.probe, self.popen, self.log = cluster, probe, popen, log
+        self.timeout_s, self.poll_s, self.stop_timeout_s = timeout_s, poll_s, stop_timeout_s
+        self.steps: list[tuple[str, subprocess.Popen]] = []
+
+    def __enter__(self) -> dict[str, str]:
+        c = self.cluster
+        try:
+            self._start(c.head, head_command(c))
+            self._wait(1, 0)
+            for node in c.workers:
+                self._start(node, worker_command(c, node))
+            self._wait(len(c.nodes), len(c.nodes) * c.gpus_per_node)
+        except BaseException:
+            self.stop()
+            raise
+        self.log(f"ray: {len(c.nodes)} nodes, {len(c.nodes) * c.gpus_per_node} GPUs at {c.address}")
+        return {"RAY_ADDRESS": c.address}
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _start(self, node: str, argv: list[str]) -> None:
+        self.log(f"ray: starting on {node}: {' '.join(argv)}")
+        self.steps.append((node, self.popen(argv)))
+
+    def _wait(self, nodes: int, gpus: int) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            for node, step in self.steps:
+                if step.poll() is not None:
+                    raise ClusterError(f"ray start on {node} exited with {step.returncode} before the cluster was up")
+            seen = self.probe(self.cluster.address)
+            if seen is not None and seen[0] >= nodes and seen[1] >= gpus:
+                return
+            if time.monotonic() >= deadline:
+                raise ClusterError(
+                    f"after {self.timeout_s:.0f} s the Ray cluster at {self.cluster.address} has "
+                    f"{'no answer' if seen is None else f'{seen[0]} nodes and {seen[1]:g} GPUs'}; "
+                    f"expected {nodes} nodes and {gpus} GPUs"
+                )
+            time.sleep(self.poll_s)
+
+    def stop(self) -> None:
+        """End every ``ray start --block`` step (Ray stops on that node with it), workers first."""
+        for _, step in reversed(self.steps):
+            if step.poll() is None:
+                step.terminate()
+        for node, step in reversed(self.steps):
+            try:
+                step.wait(timeout=self.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                self.log(f"ray: the step on {node} did not stop in {self.stop_timeout_s:.0f} s; killing it")
+                step.kill()
+                step.wait()
+        self.steps.clear()
