@@ -2,8 +2,8 @@
 
 Each worker is a fresh interpreter (not a fork: safe when the caller has threads, Ray or torch, and it never
 re-imports the caller's ``__main__``), fed through a pipe. A dispatcher thread keeps up to ``PIPELINE_DEPTH``
-items queued in each worker's pipe (sent in chunks of consecutive items), so a worker never waits for the parent
-between items, and enforces a hard
+items queued in each worker's pipe (sent in chunks of consecutive items, reported back in batches), so a worker
+never waits for the parent between items, and enforces a hard
 wall-clock limit on the item at the head of each worker's queue: a worker that overruns it (stuck in one long
 C call, where SIGALRM cannot interrupt) or crashes is killed and replaced, that item is recorded as a timeout,
 and the items queued behind it are given to other workers. Thread-safe: ``check`` may be called from any thread.
@@ -28,6 +28,7 @@ from dppo_bench.eval import verifier
 
 PIPELINE_DEPTH = 16  # items queued per worker, so it never waits for the dispatcher between items
 CHUNK = 8  # items per message: consecutive items (one problem's) go to one worker, which keeps its caches warm
+FLUSH_S = 0.02  # a worker reports its finished items when its chunk ends, and at least this often
 LARGE_PAYLOAD = 8192  # characters; larger items go alone to an idle worker (a full pipe would block the dispatcher)
 _WORKER_CMD = "import sys; from dppo_bench.eval.pool import serve; serve(int(sys.argv[1]), int(sys.argv[2]))"
 TIMEOUT_RESULT = (False, True)  # (correct, timeout) of an item the worker did not finish
@@ -38,7 +39,7 @@ def serve(read_fd: int, write_fd: int) -> None:
     """A worker process's loop: items in order, on the main thread, so math-verify's SIGALRM timeouts fire."""
     inbox, outbox = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
     verifier.check("1", "1", 5)  # import math-verify and parse once before the first item's clock starts
-    outbox.send(("ready", None))
+    outbox.send(("ready", []))
     while True:
         try:
             task = inbox.recv()  # a list of (prediction, answer, timeout_s), or None to stop
@@ -46,11 +47,18 @@ def serve(read_fd: int, write_fd: int) -> None:
             return  # the parent is gone
         if task is None:
             return
-        for prediction, answer, timeout_s in task:  # a chunk: one result message per item, in order
+        results: list[tuple[str, object]] = []
+        flushed = time.monotonic()
+        for prediction, answer, timeout_s in task:  # a chunk, in order
             try:
-                outbox.send(("ok", verifier.check(prediction, answer, timeout_s)))
+                results.append(("ok", verifier.check(prediction, answer, timeout_s)))
             except Exception as e:  # noqa: BLE001  (reported to the caller as an error, not a verdict)
-                outbox.send(("error", f"{type(e).__name__}: {e}"))
+                results.append(("error", f"{type(e).__name__}: {e}"))
+            if time.monotonic() - flushed >= FLUSH_S:  # finished items are reported at least this often
+                outbox.send(("results", results))
+                results, flushed = [], time.monotonic()
+        if results:
+            outbox.send(("results", results))
 
 
 @dataclass
@@ -253,22 +261,22 @@ class VerifierPool:
     def _collect(self, w: _Worker) -> None:
         while select.select([w.conn], [], [], 0)[0]:  # Connection.poll() would build a selector every call
             try:
-                status, value = w.conn.recv()
+                kind, results = w.conn.recv()
             except (EOFError, OSError):  # the worker died (on its head item, if it has one)
                 if w.inflight:
                     self._fail(w)
                 else:
                     self._respawn(w)
                 return
-            if status == "ready":
-                w.ready, w.head_started = True, time.monotonic()
-                continue
-            task = w.inflight.popleft()
-            w.head_started = time.monotonic()
-            if status == "ok":
-                task.future.set_result(value)
-            else:
-                task.future.set_exception(RuntimeError(f"verifier worker failed on {task.payload[0][:80]!r}: {value}"))
+            w.ready = w.ready or kind == "ready"
+            for status, value in results:
+                task = w.inflight.popleft()
+                if status == "ok":
+                    task.future.set_result(value)
+                else:
+                    error = RuntimeError(f"verifier worker failed on {task.payload[0][:80]!r}: {value}")
+                    task.future.set_exception(error)
+            w.head_started = time.monotonic()  # the next item began at most this long ago
 
     def _fail(self, w: _Worker) -> None:
         """Kill a worker that overran its hard limit or died: its head item is a timeout, the others requeue."""
