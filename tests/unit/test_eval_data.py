@@ -54,6 +54,17 @@ def test_hub_mapping_reproduces_the_local_set(shared_data, tmp_path, name):
     assert from_hub.sha256 == spec.sources.local.sha256
 
 
+def test_an_unreachable_hub_is_a_clear_error(monkeypatch):
+    import datasets
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'HuggingFaceH4/aime_2024' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(DataError, match=r"HuggingFaceH4/aime_2024@UNPINNED: cannot load split 'train': .*--hub DIR"):
+        load_problem_set(load_benchmark("aime24"), hub=True)
+
+
 def test_a_tampered_copy_is_a_clear_error(shared_data, tmp_path, capsys):
     rows = (shared_data / "aime24" / "aime24.jsonl").read_text().splitlines()
     first = json.loads(rows[0])

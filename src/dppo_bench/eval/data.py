@@ -93,7 +93,12 @@ def read_hub_rows(hub: HubSource, repo: str | None = None) -> list[dict]:
     """Rows of a hub dataset at its pinned revision; ``repo`` may name a local mirror (a directory) instead."""
     import datasets
 
-    dataset = datasets.load_dataset(repo or hub.repo, name=hub.config, split=hub.split, revision=hub.revision)
+    source = repo or hub.repo
+    try:
+        dataset = datasets.load_dataset(source, name=hub.config, split=hub.split, revision=hub.revision)
+    except Exception as e:  # noqa: BLE001  (network, auth, missing split: all mean "not loadable from here")
+        hint = "pass --hub DIR with a local mirror, or --source FILE"
+        raise DataError(f"{source}@{hub.revision or 'UNPINNED'}: cannot load split {hub.split!r}: {e} ({hint})") from e
     return dataset.to_list()
 
 
