@@ -63,3 +63,35 @@ def test_tiny_smoke_end_to_end(tmp_path):
         assert float(cells[4]) == pytest.approx(scores["avg@4"], rel=1e-3, abs=1e-9)
     again = snakemake(tmp_path, "--cores", "2", "tiny_smoke")
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_a_new_method_recipe_alone_is_planned(tmp_path):
+    """Journey 2: one yaml in recipes/methods/ and the pipeline plans its runs; no other file changes."""
+    recipe = REPO / "recipes" / "methods" / "zz_throwaway_test_method.yaml"
+    recipe.write_text(
+        "display_name: Throwaway\npaper: test\nmask: dppo_binary_tv\nanchor: rollout\n"
+        "hyperparameters:\n  sanity: {delta: 0.3, is_cap: 2}\n"
+    )
+    try:
+        target = "results/runs/tiny_smoke/zz_throwaway_test_method/seed0/eval/tiny_arith/summary.json"
+        proc = snakemake(tmp_path, "-n", target)
+    finally:
+        recipe.unlink()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    counts = job_counts(proc.stdout)
+    assert counts["train_local"] == 1 and counts["evaluate"] == 1
+    assert "method=zz_throwaway_test_method" in proc.stdout
+
+
+def test_a_bad_recipe_stops_the_pipeline_at_start_naming_file_and_field(tmp_path):
+    recipe = REPO / "recipes" / "methods" / "zz_bad_test_method.yaml"
+    recipe.write_text(
+        "display_name: Bad\npaper: t\nmask: dppo_binary_tv\nanchor: rollout\nhyperparameters:\n"
+        "  sanity: {delta: -1, is_cap: null}\n"
+    )
+    try:
+        proc = snakemake(tmp_path, "-n", "tiny_smoke")
+    finally:
+        recipe.unlink()
+    assert proc.returncode != 0
+    assert "zz_bad_test_method.yaml: field 'hyperparameters.sanity.delta'" in proc.stdout + proc.stderr
