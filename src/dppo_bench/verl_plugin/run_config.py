@@ -142,6 +142,9 @@ def run_overrides(
         "trainer.val_before_train=True",
         f"trainer.save_freq={t.save_every}",
         "trainer.resume_mode=auto",
+        # checkpoints serve resumption (the AIME curves come from online validation): the last two, so one
+        # survives a save cut short, instead of every save_every steps of a 30B model with its optimizer
+        "trainer.max_actor_ckpt_to_keep=2",
         f"trainer.default_local_dir={paths.checkpoints}",
         f"trainer.validation_data_dir={paths.validation}",
         f"trainer.logger={loggers}",
