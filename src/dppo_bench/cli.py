@@ -13,7 +13,18 @@ import sys
 
 from dppo_bench.config import ConfigError
 
-COMMAND_MODULES = ["methods", "data", "eval", "score", "tiny", "train", "evaluate", "aggregate", "experiments"]
+COMMAND_MODULES = [
+    "methods",
+    "data",
+    "eval",
+    "score",
+    "tiny",
+    "train",
+    "evaluate",
+    "evaluate_verl",
+    "aggregate",
+    "experiments",
+]
 
 
 def build_parser() -> argparse.ArgumentParser:
