@@ -268,3 +268,34 @@ def test_non_finite_values_never_reach_the_record(tmp_path, run_inputs):
     text = run.run_dir.metrics.read_text()
     assert "NaN" not in text and "Infinity" not in text
     assert all(v is None or math.isfinite(v) for r in run.run_dir.read_metrics() for v in r.values())
+
+
+def test_the_train_command_line_of_a_verl_run(monkeypatch, tmp_path, run_inputs):
+    from dppo_bench import cli
+    from dppo_bench.commands import train
+
+    monkeypatch.setenv("DPPO_BENCH_WANDB", "1")
+    monkeypatch.setenv("DPPO_BENCH_VERL_COMMAND", "apptainer exec --nv verl.sif python -m verl.trainer.main_ppo")
+    argv = [
+        "train",
+        "--setting",
+        "s",
+        "--method",
+        "m",
+        "--seed",
+        "0",
+        "--out",
+        "o",
+        "--val-data",
+        "a.parquet,b.parquet",
+    ]
+    args = cli.build_parser().parse_args([*argv, "c.parquet"])
+    assert args.wandb is True and L.parse_command(args.verl_command)[:2] == ("apptainer", "exec")
+    seen = {}
+    monkeypatch.setattr(L, "launch", lambda run: seen.setdefault("run", run) and {"status": "completed"})
+    setting, train_data, _ = run_inputs
+    args.train_data, args.out = train_data, tmp_path / "r"
+    assert train.train_verl(args, setting, find_method("pg_is")) == 0
+    run = seen["run"]
+    assert run.val_data == (Path("a.parquet"), Path("b.parquet"), Path("c.parquet")) and run.wandb is True
+    assert run.command == ("apptainer", "exec", "--nv", "verl.sif", "python", "-m", "verl.trainer.main_ppo")

@@ -11,6 +11,8 @@ rule aggregate_table:
         "logs/aggregate_table/{experiment}.log",
     params:
         out=subpath(output[0], parent=True),
+    conda:
+        "../../environment.yml"
     shell:
         "dppo-bench aggregate {wildcards.experiment} --only table --out {params.out} > {log} 2>&1"
 
@@ -25,6 +27,8 @@ rule aggregate_figure:
         "logs/aggregate_figure/{experiment}.log",
     params:
         out=subpath(output[0], parent=True),
+    conda:
+        "../../environment.yml"
     shell:
         "dppo-bench aggregate {wildcards.experiment} --only figure --out {params.out} > {log} 2>&1"
 

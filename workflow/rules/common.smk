@@ -91,3 +91,52 @@ def experiment_file(w):
 
 def run_threads(w):
     return SETTINGS[w.setting].local.threads
+
+
+# Each run target is built by its setting's backend: local settings by the rules of train.smk and eval.smk, verl
+# settings by those of verl.smk. The rules of each chain accept only their backend's setting ids.
+LOCAL_SETTINGS = "|".join(sorted(s for s, v in SETTINGS.items() if v.backend == "local"))
+VERL_SETTINGS = "|".join(sorted(s for s, v in SETTINGS.items() if v.backend == "verl"))
+
+
+def prepared(dataset, suffix):
+    """A training set or benchmark as ``dppo-bench data prepare`` writes it."""
+    return f"results/data/verl/{dataset}.{suffix}"
+
+
+def verl_train_data(w):
+    return prepared(SETTINGS[w.setting].verl.train_data, "parquet")
+
+
+def verl_val_data(w):
+    return [prepared(b, "parquet") for b in SETTINGS[w.setting].eval.benchmarks]
+
+
+def verl_problems(w):
+    return prepared(w.benchmark, "problems.jsonl")
+
+
+# Resources of a verl training job, from its setting (GPU model, partition, account: the profile's).
+def verl_nodes(w):
+    return SETTINGS[w.setting].verl.nodes
+
+
+def verl_gpus(w):
+    v = SETTINGS[w.setting].verl
+    return v.nodes * v.gpus_per_node
+
+
+def verl_runtime(w):
+    return SETTINGS[w.setting].verl.runtime_min
+
+
+def verl_mpi(w):
+    """A job over several nodes runs its command in the batch step (the SLURM plugin's mpi jobs), where the
+    launcher starts Ray on every node with srun; one node: unset (the plugin runs it in one srun task)."""
+    return "srun" if SETTINGS[w.setting].verl.nodes > 1 else None
+
+
+def verl_tasks_per_node(w):
+    """One task per GPU; the plugin's mpi jobs need more than one task per node."""
+    v = SETTINGS[w.setting].verl
+    return max(2, v.gpus_per_node) if v.nodes > 1 else None

@@ -11,6 +11,8 @@ rule tiny_data:
         "logs/tiny_data/{base}.log",
     params:
         out=subpath(output.train, parent=True),
+    conda:
+        "../../environment.yml"
     shell:
         "dppo-bench tiny data --setting {wildcards.base} --out {params.out} > {log} 2>&1"
 
@@ -23,5 +25,7 @@ rule tiny_pretrain:
     log:
         "logs/tiny_pretrain/{base}.log",
     threads: workflow.cores
+    conda:
+        "../../environment.yml"
     shell:
         "dppo-bench tiny pretrain --setting {wildcards.base} --out {output} --threads {threads} --no-progress > {log} 2>&1"

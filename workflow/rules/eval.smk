@@ -13,6 +13,10 @@ rule evaluate:
         run_dir=run_dir,
         steps=eval_steps,
     threads: 1
+    wildcard_constraints:
+        setting=LOCAL_SETTINGS,
+    conda:
+        "../../environment.yml"
     shell:
         "dppo-bench evaluate --run-dir {params.run_dir} --benchmark {wildcards.benchmark} --steps {params.steps}"
         " --data {input.data} --out {output} > {log} 2>&1"

@@ -15,6 +15,10 @@ rule train_local:
     params:
         run_dir=run_dir,
     threads: run_threads
+    wildcard_constraints:
+        setting=LOCAL_SETTINGS,
+    conda:
+        "../../environment.yml"
     shell:
         "dppo-bench train --setting {wildcards.setting} --method {wildcards.method} --seed {wildcards.seed}"
         " --out {params.run_dir} --base-model {input.base} --train-data {input.train} --no-progress > {log} 2>&1"

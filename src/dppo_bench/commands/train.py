@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import sys
 from pathlib import Path
 
@@ -28,15 +29,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verl = p.add_argument_group("verl backend")
     verl.add_argument(
         "--val-data",
-        type=lambda text: tuple(Path(x) for x in text.split(",") if x),
-        default=(),
-        help="prepared parquet files of the online benchmarks, comma-separated, in the setting's eval.benchmarks order",
+        nargs="+",
+        default=[],
+        help="prepared parquet files of the online benchmarks (space- or comma-separated), in the order of the "
+        "setting's eval.benchmarks",
     )
-    verl.add_argument("--wandb", action="store_true", help="also log to wandb (offline unless WANDB_MODE is set)")
+    verl.add_argument(
+        "--wandb",
+        action="store_true",
+        default=os.environ.get("DPPO_BENCH_WANDB", "").lower() in ("1", "true", "yes"),
+        help="also log to wandb, offline unless WANDB_MODE says otherwise (default: $DPPO_BENCH_WANDB)",
+    )
     verl.add_argument(
         "--verl-command",
-        help="the command that starts verl's trainer, e.g. inside a container "
-        "(default: this Python's -m verl.trainer.main_ppo)",
+        default=os.environ.get("DPPO_BENCH_VERL_COMMAND"),
+        help="the command that starts verl's trainer, e.g. inside a container (default: $DPPO_BENCH_VERL_COMMAND, "
+        "else this Python's -m verl.trainer.main_ppo)",
     )
     p.set_defaults(func=train)
 
@@ -127,7 +135,7 @@ def train_verl(args: argparse.Namespace, setting, recipe) -> int:
         seed=args.seed,
         run_dir=RunDir(args.out),
         train_data=args.train_data,
-        val_data=args.val_data,
+        val_data=tuple(Path(p) for arg in args.val_data for p in arg.split(",") if p),
         wandb=args.wandb,
         command=parse_command(args.verl_command),
     )

@@ -1,0 +1,124 @@
+"""The verl chain in Snakemake: dry runs of every experiment in a fresh directory, resources from the settings,
+the lint, and the planned training command run against the fake trainer."""
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from verl_fixtures import FAKE_COMMAND, write_parquet
+
+from dppo_bench.config import EXPERIMENTS_DIR, find_setting, load_experiment
+
+REPO = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+EXPERIMENT_IDS = sorted(p.stem for p in EXPERIMENTS_DIR.glob("*.yaml"))
+
+
+def snakemake(workdir, *args):
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
+
+
+def job_counts(stdout: str) -> dict[str, int]:
+    table = stdout.split("Job stats:")[1]
+    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M) if m[1] != "total"}
+
+
+def expected_jobs(experiment_id: str) -> dict[str, int]:
+    """What the experiment's yaml implies: one training per run, one evaluation per run and benchmark, data
+    preparation per distinct dataset, the tables (and a figure with panels) and the target itself."""
+    e = load_experiment(EXPERIMENTS_DIR / f"{experiment_id}.yaml")
+    counts: dict[str, int] = {}
+    data, bases = set(), set()
+    for setting_id, _, _ in e.run_keys(lambda s: find_setting(s).seeds):
+        s = find_setting(setting_id)
+        chain = ("train_verl", "evaluate_verl") if s.backend == "verl" else ("train_local", "evaluate")
+        counts[chain[0]] = counts.get(chain[0], 0) + 1
+        counts[chain[1]] = counts.get(chain[1], 0) + len(s.eval.benchmarks)
+        if s.backend == "verl":
+            data |= {s.verl.train_data, *s.eval.benchmarks}
+        else:
+            from dppo_bench.config import base_setting_id
+
+            bases.add(base_setting_id(setting_id))
+    if data:
+        counts["prepare_data"] = len(data)
+    if bases:
+        counts["tiny_data"] = counts["tiny_pretrain"] = len(bases)
+    counts["aggregate_table"] = 1
+    if e.panels:
+        counts["aggregate_figure"] = 1
+    counts[experiment_id] = 1
+    return counts
+
+
+def test_fig3_plans_seven_runs_their_evaluations_data_and_aggregation(tmp_path):
+    proc = snakemake(tmp_path, "-n", "fig3_sanity")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert job_counts(proc.stdout) == {
+        "prepare_data": 2,  # the sanity training set and AIME24 (boxed template)
+        "train_verl": 7,
+        "evaluate_verl": 7,
+        "aggregate_table": 1,
+        "aggregate_figure": 1,
+        "fig3_sanity": 1,
+    }
+    assert "resources: tmpdir=/tmp, nodes=1, gpu=8, runtime=4320\n" in proc.stdout  # one node: no mpi, no tasks
+
+
+def test_a_multi_node_setting_asks_for_its_nodes_as_one_mpi_job(tmp_path):
+    proc = snakemake(tmp_path, "-n", "fig14_moe_base_r3_dynamics")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "nodes=4, gpu=32, runtime=4320, mpi=srun, tasks_per_node=8" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("experiment_id", EXPERIMENT_IDS)
+def test_every_experiment_plans_in_a_fresh_directory(tmp_path, experiment_id):
+    proc = snakemake(tmp_path, "-n", experiment_id)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert job_counts(proc.stdout) == expected_jobs(experiment_id)
+
+
+def test_the_workflow_lints_clean(tmp_path):
+    proc = snakemake(tmp_path, "--lint")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "Congratulations, your workflow is in a good condition!" in output, output[-3000:]
+    assert "Lints for" not in output
+
+
+def planned_shell(stdout: str, rule: str, method: str) -> str:
+    """The shell command ``snakemake -n -p`` prints for one job of ``rule``."""
+    for block in stdout.split("\nrule ")[1:]:
+        if block.startswith(f"{rule}:") and f"method={method}," in block:
+            return next(ln.split(": ", 1)[1] for ln in block.splitlines() if ln.startswith("Shell command: "))
+    raise AssertionError(f"no {rule} job for {method} planned")
+
+
+@pytest.mark.slow
+def test_the_planned_training_command_runs_a_verl_run_to_completion(tmp_path):
+    """The rule's own command line, run where Snakemake would run it, with the fake trainer standing in for verl
+    (DPPO_BENCH_VERL_COMMAND): 3,600 steps recorded once each, the marker written, run.json complete."""
+    proc = snakemake(tmp_path, "-n", "-p", "fig3_sanity")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    command = planned_shell(proc.stdout, "train_verl", "dppo_binary_tv")
+    assert "--val-data results/data/verl/aime24_sanity.parquet" in command
+    write_parquet(tmp_path / "results/data/verl/sanity_r1d_1p5b.parquet", "sanity_r1d_1p5b")
+    write_parquet(tmp_path / "results/data/verl/aime24_sanity.parquet", "aime24")
+    (tmp_path / "logs/train/sanity_r1d_1p5b/dppo_binary_tv").mkdir(parents=True)
+    env = {**ENV, "DPPO_BENCH_VERL_COMMAND": shlex.join(FAKE_COMMAND)}
+    run = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, timeout=600)
+    log = tmp_path / "logs/train/sanity_r1d_1p5b/dppo_binary_tv/seed0.log"
+    assert run.returncode == 0, log.read_text()[-3000:]
+    run_dir = tmp_path / "results/runs/sanity_r1d_1p5b/dppo_binary_tv/seed0"
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(3601))
+    assert json.loads((run_dir / "train.completed").read_text()) == {"status": "completed", "last_step": 3600}
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "completed" and info["verl"]["command"] == list(FAKE_COMMAND)
+    assert sorted(int(p.stem) for p in (run_dir / "validation").glob("*.jsonl")) == list(range(0, 3601, 100))
