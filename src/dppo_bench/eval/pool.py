@@ -3,10 +3,10 @@
 Each worker is a fresh interpreter (not a fork: safe when the caller has threads, Ray or torch, and it never
 re-imports the caller's ``__main__``), fed through a pipe. A dispatcher thread keeps up to ``PIPELINE_DEPTH``
 items queued in each worker's pipe (sent in chunks of consecutive items, reported back in batches), so a worker
-never waits for the parent between items, and enforces a hard
-wall-clock limit on the item at the head of each worker's queue: a worker that overruns it (stuck in one long
-C call, where SIGALRM cannot interrupt) or crashes is killed and replaced, that item is recorded as a timeout,
-and the items queued behind it are given to other workers. Thread-safe: ``check`` may be called from any thread.
+never waits for the parent between items. It also enforces a hard wall-clock limit on the item at the head of
+each worker's queue: a worker that overruns it (stuck in one long C call, where no signal gets through) or
+crashes is killed and replaced, that item is recorded as a timeout, and the items queued behind it are given to
+other workers. Thread-safe: ``check`` may be called from any thread.
 """
 
 from __future__ import annotations
