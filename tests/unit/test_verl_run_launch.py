@@ -299,3 +299,25 @@ def test_the_train_command_line_of_a_verl_run(monkeypatch, tmp_path, run_inputs)
     run = seen["run"]
     assert run.val_data == (Path("a.parquet"), Path("b.parquet"), Path("c.parquet")) and run.wandb is True
     assert run.command == ("apptainer", "exec", "--nv", "verl.sif", "python", "-m", "verl.trainer.main_ppo")
+
+
+def test_a_pinned_model_revision_trains_from_its_snapshot(tmp_path, run_inputs, monkeypatch):
+    import huggingface_hub
+
+    setting, train, val = run_inputs
+    model = setting.verl.model.model_copy(update={"path": "org/model", "revision": "0123abc"})
+    pinned = setting.model_copy(update={"verl": setting.verl.model_copy(update={"model": model})})
+    snapshot = tmp_path / "hub" / "snapshots" / "0123abc"
+    calls = []
+    monkeypatch.setattr(
+        huggingface_hub, "snapshot_download", lambda repo_id, revision: calls.append((repo_id, revision)) or snapshot
+    )
+    run = make_run(tmp_path, (pinned, train, val))
+    assert L.launch(run)["status"] == "completed" and calls == [("org/model", "0123abc")]
+    info = run.run_dir.read_run()
+    assert info["model"] == {"path": "org/model", "revision": "0123abc", "snapshot": str(snapshot)}
+    assert f"actor_rollout_ref.model.path={snapshot}" in info["verl"]["overrides"]
+    local = pinned.model_copy(
+        update={"verl": pinned.verl.model_copy(update={"model": model.model_copy(update={"path": str(tmp_path)})})}
+    )
+    assert L.model_record(local) == ({"path": str(tmp_path), "revision": "0123abc", "local": True}, None)

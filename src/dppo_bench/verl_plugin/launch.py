@@ -255,10 +255,10 @@ def launch(run: VerlRun, *, trainer: Callable[..., tuple[int, dict]] = run_train
     placement(run.env, v.nodes)  # before anything is written: a multi-node run needs an allocation
     data = data_records(s, run.train_data, run.val_data)
     metric_map = MetricMap.for_benchmarks(s.eval.benchmarks)
+    model, snapshot = model_record(s)
     run.run_dir.create()
     start_record(run.run_dir, s, run.recipe, run.seed, data)
     fold_pending(run.run_dir, metric_map)
-    model, snapshot = model_record(s)
 
     attempts = run.run_dir.read_run().get("attempts", [])
     k, resumed = len(attempts) + 1, resumed_step(run.run_dir.checkpoints)
