@@ -107,3 +107,12 @@ def test_a_later_log_entry_of_the_same_step_wins(tmp_path):
     log = write_log(tmp_path / "1.jsonl", [(1, {"critic/score/mean": 0.1}), (1, {"critic/score/mean": 0.2})])
     apply_attempt(run, log, 0, MetricMap({}))
     assert run.read_metrics() == [{"step": 1, "train/reward_mean": 0.2}]
+
+
+def test_every_verl_settings_online_benchmarks_map_to_themselves():
+    from dppo_bench.config import load_setting, setting_paths
+
+    for path in setting_paths():
+        s = load_setting(path)
+        if s.backend == "verl":
+            assert sorted(MetricMap.for_benchmarks(s.eval.benchmarks).benchmarks.values()) == sorted(s.eval.benchmarks)
