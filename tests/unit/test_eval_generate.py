@@ -232,3 +232,18 @@ def test_generate_then_score_on_cpu(tiny_model, tmp_path, capsys):
     result = json.loads(scores.read_text())
     assert result["sampling"]["max_tokens"] == 4 and result["n"] == 2 and len(result["problems"]) == 3
     assert result["avg@2"] == sum(p["c"] for p in result["problems"]) / 6
+
+
+def test_hf_backend_batches_whole_problems_with_left_padding(tiny_model):
+    """Greedy decoding is the same whether problems share a (left-padded) generate call or not."""
+    greedy = SamplingConfig(n=1, temperature=0.0, top_p=1.0, max_tokens=6, seed=0)
+    template = load_prompt("as_is")
+    alone = HFBackend(str(tiny_model), greedy, batch_size=1)
+    ids, _ = prompt_ids(alone.tokenizer, template, PROBLEMS)
+    assert len({len(x) for x in ids}) > 1  # prompts of different lengths: padding matters
+    together = HFBackend(str(tiny_model), greedy, batch_size=3)  # all three problems in one call
+    seeds = [problem_seed(0, p.id) for p in PROBLEMS]
+    assert together.generate(ids, seeds) == alone.generate(ids, seeds)
+    sampled = HFBackend(str(tiny_model), SAMPLING, batch_size=9)
+    first, again = sampled.generate(ids, seeds), sampled.generate(ids, seeds)
+    assert first == again and [len(t) for t in first] == [3, 3, 3]
