@@ -382,7 +382,8 @@ class Column(Strict):
 
     title: str
     metric: str
-    stat: Literal["final", "peak", "min", "mean"]
+    # final/peak/min/mean over the run's logged steps; start/end: the mean of the first/last tenth of them
+    stat: Literal["final", "peak", "min", "mean", "start", "end"]
 
 
 class Experiment(Strict):

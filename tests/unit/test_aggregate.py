@@ -138,3 +138,12 @@ def test_every_paper_reference_matches_a_run_and_a_column_of_its_experiment():
         assert (row["setting"], row["method"]) in runs, row
         assert (row["metric"], row["stat"]) in {(c.metric, c.stat) for c in experiment.columns}, row
         assert "read off Fig." in row["source"]
+
+
+def test_series_statistics():
+    from dppo_bench.aggregate.tables import series_stat
+
+    series = {s: float(s) for s in range(1, 21)}  # 1..20
+    assert series_stat(series, "start") == pytest.approx(1.5) and series_stat(series, "end") == pytest.approx(19.5)
+    assert series_stat(series, "final") == 20 and series_stat(series, "peak") == 20 and series_stat(series, "min") == 1
+    assert series_stat({3: 0.5}, "start") == 0.5 and series_stat({}, "mean") is None

@@ -17,6 +17,11 @@ def series_stat(series: dict[int, float], stat: str) -> float | None:
     if not series:
         return None
     values = [series[s] for s in sorted(series)]
+    tenth = max(1, len(values) // 10)
+    if stat == "start":
+        return statistics.fmean(values[:tenth])
+    if stat == "end":
+        return statistics.fmean(values[-tenth:])
     if stat == "final":
         return values[-1]
     if stat == "peak":
