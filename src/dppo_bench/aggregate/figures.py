@@ -89,7 +89,7 @@ def plot(experiment: Experiment, runs: list[Run], out_stem: Path, references: di
         )
         handles.append(paper)
     fig.legend(handles=handles, loc="lower center", ncol=min(5, len(handles)), fontsize=8, frameon=False)
-    fig.suptitle(f"{experiment.title} ({experiment.paper_item})")
+    fig.suptitle(f"{experiment.title} [{experiment.paper_item}]")
     fig.tight_layout(rect=(0, 0.04 + 0.035 * math.ceil(len(handles) / 5), 1, 0.96))
     out_stem.parent.mkdir(parents=True, exist_ok=True)
     for ext in (".png", ".pdf"):

@@ -97,7 +97,7 @@ def _cell(row: dict, title: str, missing: str) -> str:
 def to_markdown(experiment: Experiment, rows: list[dict]) -> str:
     titles = value_titles(experiment, rows)
     head = ["run", "seeds", "status", *titles]
-    lines = [f"# {experiment.title} ({experiment.paper_item})", "", "| " + " | ".join(head) + " |"]
+    lines = [f"# {experiment.title} [{experiment.paper_item}]", "", "| " + " | ".join(head) + " |"]
     lines.append("|" + "---|" * len(head))
     for row in rows:
         cells = [row["run"], row["seeds"] or "-", row["status"], *(_cell(row, t, "missing") for t in titles)]
