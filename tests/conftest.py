@@ -9,7 +9,8 @@ import pytest
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+# ../shared/data beside the checkout (as CI has it), or wherever DPPO_BENCH_SHARED_DATA points
+SHARED_DATA = Path(os.environ.get("DPPO_BENCH_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
