@@ -31,9 +31,12 @@ def test_round_trip(path):
 def test_plain_jsonl_is_read_but_not_written(tmp_path):
     plain = tmp_path / "s.jsonl"
     rows = [{"format": FORMAT, **HEADER}, {"problem_id": "p1", "sample": 0, "completion": "a"}]
-    plain.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"problem_id": "p1", "sam')  # cut-off line
+    plain.write_text("\n".join(json.dumps(r) for r in rows))  # other tools often end without a newline
     s = read_samples(plain)
-    assert [r["completion"] for r in s.rows] == ["a"] and s.truncated_bytes == len('{"problem_id": "p1", "sam')
+    assert [r["completion"] for r in s.rows] == ["a"] and s.truncated_bytes == 0
+    plain.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"problem_id": "p1", "sam')  # cut-off line
+    with pytest.raises(SamplesError, match=r"s.jsonl: line 3: not valid JSON"):
+        read_samples(plain)
     with pytest.raises(SamplesError, match="written as .jsonl.gz"):
         SamplesWriter(tmp_path / "new.jsonl", HEADER)
 
@@ -87,7 +90,7 @@ def test_invalid_utf8_is_replaced_and_counted(tmp_path):
     row = b'{"problem_id": "p1", "sample": 0, "completion": "\\\\boxed{7} \xff\xfe tail"}'
     path.write_bytes(gzip.compress(header + b"\n" + row + b"\n"))
     s = read_samples(path)
-    assert s.invalid_utf8_lines == 1
+    assert s.invalid_utf8_lines == 1 and s.invalid_utf8 == {("p1", 0)}
     assert s.rows[0]["completion"] == "\\boxed{7} \ufffd\ufffd tail"
 
 

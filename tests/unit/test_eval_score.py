@@ -1,6 +1,7 @@
 """Scoring: hand-computed avg@n and pass@k end to end, and an error naming whatever is incomplete or unknown."""
 
 import gzip
+import hashlib
 import json
 from math import comb
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytest
 from dppo_bench.cli import main
 from dppo_bench.eval.data import Problem, ProblemSet, load_problem_set, problems_sha256
 from dppo_bench.eval.samples import SamplesError, read_samples, write_samples
-from dppo_bench.eval.score import check_samples, score_samples
+from dppo_bench.eval.score import check_samples, score_samples, write_scores
 from dppo_bench.eval.spec import load_benchmark
 
 FORMATS = json.loads((Path(__file__).parents[1] / "cases" / "scoring_formats.json").read_text())
@@ -134,7 +135,9 @@ def test_a_truncated_samples_file_is_an_error(tmp_path):
         check_samples(bench, problems, read_samples(samples.path), 2)
 
 
-def test_pathological_and_invalid_utf8_samples_are_scored_wrong_with_timeouts(tmp_path):
+def test_pathological_answers_time_out_and_corrupt_completions_are_graded_wrong(tmp_path):
+    """Towers and deep nesting score wrong with a timeout; a completion that is merely long is graded on its final
+    answer like any other; one whose bytes are not UTF-8 is graded wrong (its text cannot be trusted)."""
     bench, problems = tiny_benchmark(2)
     path = tmp_path / "s.jsonl.gz"
     write_samples(path, header(bench, problems), {})
@@ -152,5 +155,29 @@ def test_pathological_and_invalid_utf8_samples_are_scored_wrong_with_timeouts(tm
         f.write(gzip.compress(raw))
     samples = read_samples(path)
     scores = score_samples(bench, problems, samples, workers=2, timeout_s=1)
-    assert [(p["c"], p["timeouts"]) for p in scores["problems"]] == [(0, 2), (2, 0), (2, 0)]
-    assert scores["timeouts"] == 2 and scores["samples"]["invalid_utf8_lines"] == 1
+    assert [(p["c"], p["timeouts"], p["invalid_utf8"]) for p in scores["problems"]] == [(0, 2, 0), (2, 0, 0), (1, 0, 1)]
+    assert scores["timeouts"] == 2 and scores["invalid_utf8"] == 1 and scores["samples"]["invalid_utf8_lines"] == 1
+    q2 = scores["problems"][2]["verdicts"]
+    assert [(v["sample"], v["correct"], v["invalid_utf8"]) for v in q2] == [(0, False, True), (1, True, False)]
+    assert scores["no_answer"] == 0  # the corrupt sample is counted as corrupt, not as a missing answer
+
+
+def test_scores_json_holds_counts_and_names_the_per_sample_verdicts(tmp_path):
+    bench, problems = tiny_benchmark(2)
+    path = tmp_path / "s.jsonl.gz"
+    write_samples(path, header(bench, problems), synthetic(problems.problems, 2, [0, 1, 2]))
+    out = tmp_path / "step5" / "scores.json"
+    write_scores(score_samples(bench, problems, read_samples(path), workers=1), out)
+    scores = json.loads(out.read_text())
+    assert all("verdicts" not in p for p in scores["problems"])
+    verdicts_file = out.parent / scores["verdicts"]["path"]
+    assert verdicts_file.name == "scores.verdicts.jsonl.gz"
+    data = verdicts_file.read_bytes()
+    assert hashlib.sha256(data).hexdigest() == scores["verdicts"]["sha256"]
+    rows = [json.loads(line) for line in gzip.decompress(data).decode().splitlines()]
+    assert [(r["problem_id"], r["sample"]) for r in rows] == [(f"q{i}", s) for i in range(3) for s in range(2)]
+    assert [r["correct"] for r in rows] == [False, False, True, False, True, True]
+    # the counts in scores.json are the verdicts summed
+    for p in scores["problems"]:
+        assert p["c"] == sum(r["correct"] for r in rows if r["problem_id"] == p["problem_id"])
+    assert rows[4]["answer"] == "25" and rows[0]["timeout"] is False

@@ -1,10 +1,12 @@
 """Benchmark and dataset specs: the committed files, the paper's values, and one clear error per bad input."""
 
+import argparse
 from pathlib import Path
 
 import pytest
 
-from dppo_bench.config import ConfigError
+from dppo_bench.commands.eval import _max_tokens
+from dppo_bench.config import ConfigError, find_setting
 from dppo_bench.eval.prompts import load_prompt
 from dppo_bench.eval.spec import load_any, load_benchmark, load_benchmarks, load_dataset_spec
 
@@ -26,8 +28,19 @@ def test_headline_benchmarks_hold_the_paper_protocol():
 def test_sanity_evaluation_shares_aime24_problems_with_its_own_protocol():
     s, a = load_benchmark("aime24_sanity"), load_benchmark("aime24")
     assert s.sources == a.sources and s.problems_from == "aime24"
-    assert (s.n, s.sampling.temperature, s.sampling.top_p, s.sampling.max_tokens) == (32, 0.6, 0.95, 8192)
+    assert (s.n, s.sampling.temperature, s.sampling.top_p) == (32, 0.6, 0.95)
     assert s.prompt == "r1_boxed"
+    # verl validates online with at most the training response length: offline generation matches it
+    assert s.sampling.max_tokens == find_setting("sanity_r1d_1p5b").train.max_response_length == 6976
+
+
+@pytest.mark.parametrize(
+    "max_tokens, setting, expected",
+    [(None, None, 16384), (None, "dense_base", 8000), (None, "moe_base", 16384), (123, "dense_base", 123)],
+)
+def test_generation_length_comes_from_the_flag_then_the_setting_then_the_benchmark(max_tokens, setting, expected):
+    args = argparse.Namespace(max_tokens=max_tokens, setting=setting)
+    assert _max_tokens(load_benchmark("aime24"), args) == expected
 
 
 def test_every_committed_spec_loads_and_names_an_existing_template():

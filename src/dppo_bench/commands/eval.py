@@ -11,7 +11,8 @@ def _sampling_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--n", type=int, help="samples per problem")
     g.add_argument("--temperature", type=float)
     g.add_argument("--top-p", type=float)
-    g.add_argument("--max-tokens", type=int, help="max response tokens (the setting's max response length)")
+    g.add_argument("--max-tokens", type=int, help="max response tokens")
+    g.add_argument("--setting", help="a training setting id or file: max tokens = its max response length")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -49,13 +50,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     conv.set_defaults(func=convert)
 
 
+def _max_tokens(spec, args: argparse.Namespace) -> int:
+    """--max-tokens, else the setting's max response length (what its online validation generates), else the
+    benchmark's."""
+    if args.max_tokens:
+        return args.max_tokens
+    if args.setting:
+        from dppo_bench.config import find_setting
+
+        return find_setting(args.setting).train.max_response_length
+    return spec.sampling.max_tokens
+
+
 def _sampling(spec, args: argparse.Namespace, seed: int | None) -> dict:
     s = spec.sampling
     out = {
         "n": args.n or spec.n,
         "temperature": s.temperature if args.temperature is None else args.temperature,
         "top_p": args.top_p or s.top_p,
-        "max_tokens": args.max_tokens or s.max_tokens,
+        "max_tokens": _max_tokens(spec, args),
     }
     return out if seed is None else {**out, "seed": seed}
 

@@ -39,5 +39,5 @@ def score(args: argparse.Namespace) -> int:
         f"{scores['timeouts']} timeouts, {scores['no_answer']} without an answer -> {args.out}"
     )
     if samples.invalid_utf8_lines:
-        print(f"  {samples.invalid_utf8_lines} lines of {args.samples} had invalid UTF-8 (replaced, then scored)")
+        print(f"  {samples.invalid_utf8_lines} lines of {args.samples} had invalid UTF-8 (graded wrong)")
     return 0

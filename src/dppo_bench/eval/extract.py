@@ -1,12 +1,13 @@
 """Final-answer extraction from a model completion: pure string work, linear time, no verifier.
 
-The rules, in order (they are the suite's documented extraction; tests in ``tests/cases/extraction.json``):
+The rules, in order (they are the suite's documented extraction; cases in ``tests/cases/grading.json``):
 
 1. **Region.** When the completion contains ``</think>``, only the text after the last ``</think>`` is searched:
    an answer inside the reasoning is a draft, not the final answer (R1-distilled and Qwen3 thinking models).
-2. **Last marker wins.** The candidates are the last ``\\boxed{...}`` (or ``\\fbox{...}``) whose braces balance
-   and the last ``Answer:`` line (case-insensitive, markdown bold allowed: ``**Answer:** 25``). Whichever starts
-   later in the text is the answer. ``Answer: \\boxed{25}`` therefore yields the box content.
+2. **Last marker wins.** The candidates are the last non-empty ``\\boxed{...}`` (or ``\\fbox{...}``) whose braces
+   balance and the last ``Answer:`` line (case-insensitive, markdown bold allowed: ``**Answer:** 25``; the answer
+   may stand on the next non-blank line, as the DAPO template asks: ``Answer:\\n25``). Whichever starts later in
+   the text is the answer. ``Answer: \\boxed{25}`` therefore yields the box content.
 3. **Fallback.** With neither marker, the last "the answer is X" / "final answer is X" phrase, up to the end of
    its sentence.
 4. **Nothing else.** There is deliberately no "last number in the text" fallback: it rewards unfinished or
@@ -27,6 +28,7 @@ _BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 _BRACE_OR_ESCAPE = re.compile(r"\\.|[{}]", re.DOTALL)
 _ANSWER_WORD = re.compile(r"(?i)\banswer")  # the slow path of _answer_words
 _LINE_TAIL = re.compile(r"[ \t]*(?:\*\*|__)?[ \t]*[:：]")  # after "answer": "Answer:", "**Answer**:", "Answer :"
+_BLANK_LINES = re.compile(r"(?:[ \t]*(?:\*\*|__)?[ \t]*\n)+")  # "Answer:" then the answer on a line of its own
 _PHRASE_TAIL = re.compile(r"[ \t]+is[ \t]*:?[ \t]*", re.IGNORECASE)  # after "answer": " is", " is:"
 _PHRASE_HEAD = ("the ", "final ")  # before "answer"
 _SENTENCE_END = re.compile(r"\.(?=\s|$)")
@@ -78,6 +80,8 @@ def _last_box(text: str) -> tuple[int, Extraction] | None:
             if end is None:
                 continue  # unbalanced (e.g. cut off by max_tokens): try the box before it
             content = text[i + 1 : end]
+            if not content.strip():
+                continue  # an empty box states nothing: the box before it stands
         else:
             # "\boxed 25": the TeX form without braces takes the next token
             token = _TOKEN.match(text, i)
@@ -120,7 +124,10 @@ def _last_answer_line(text: str, words: list[int]) -> tuple[int, Extraction] | N
     for start in words:
         m = _LINE_TAIL.match(text, start + len("answer"))
         if m:
-            content = _clean_markdown(_rest_of_line(text, m.end()))
+            after = m.end()
+            if (blank := _BLANK_LINES.match(text, after)) is not None:
+                after = blank.end()
+            content = _clean_markdown(_rest_of_line(text, after))
             if content:
                 return start, Extraction(content, "answer_line")
     return None

@@ -3,9 +3,9 @@
 Append-only and resumable. Every append (one problem's samples) is written as its own gzip member and fsynced,
 so an interrupted write can only leave a truncated *last* member: the writer cuts it off when it reopens the file,
 keeps every complete problem and the generator continues with what is missing. (Plain ``.jsonl`` is read, e.g.
-from other tools, but never written: lines give no such all-or-nothing unit.) Reading decodes invalid UTF-8 with
-replacement characters (and counts the lines), so one bad byte in a completion is scored on what remains rather
-than crashing the run.
+from other tools, but never written: lines give no such all-or-nothing unit, so its last line may lack a newline.)
+A line with bytes that are not UTF-8 is read with replacement characters and its sample is marked: the scorer
+grades such a corrupt completion wrong instead of crashing the run or guessing what it said.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ class SamplesFile:
     header: dict
     rows: list[dict]
     invalid_utf8_lines: int = 0  # lines with bytes that were not UTF-8 (replaced by U+FFFD)
+    invalid_utf8: set[tuple[str, int]] = field(default_factory=set)  # (problem_id, sample) of those rows
     truncated_bytes: int = 0  # bytes of an interrupted last write (not read)
     valid_bytes: int = 0  # where the last complete write ends
     keys: set[tuple[str, int]] = field(default_factory=set)
@@ -65,11 +66,9 @@ def _gzip_members(f) -> Iterator[tuple[bytes, int]]:
 
 
 def _text_blocks(f) -> Iterator[tuple[bytes, int]]:
-    """(complete lines, end offset) of a plain jsonl file; a last line without newline is an interrupted write."""
+    """The whole of a plain jsonl file (other tools often end it without a newline; a cut line is invalid JSON)."""
     data = f.read()
-    end = data.rfind(b"\n") + 1
-    if end:
-        yield data[:end], end
+    yield data, len(data)
 
 
 def read_samples(path: Path) -> SamplesFile:
@@ -98,11 +97,13 @@ def read_samples(path: Path) -> SamplesFile:
 
 
 def _add_line(out: SamplesFile, raw: bytes, line_no: int) -> None:
+    invalid = False
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         text = raw.decode("utf-8", errors="replace")
         out.invalid_utf8_lines += 1
+        invalid = True
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
@@ -114,6 +115,8 @@ def _add_line(out: SamplesFile, raw: bytes, line_no: int) -> None:
         return
     out.rows.append(_check_row(obj, out.path, line_no))
     out.keys.add((obj["problem_id"], obj["sample"]))
+    if invalid:
+        out.invalid_utf8.add((obj["problem_id"], obj["sample"]))
 
 
 def _check_row(obj: object, path: Path, line_no: int) -> dict:

@@ -2,10 +2,14 @@
 
 The samples must be exactly ``n`` per problem of the benchmark, numbered 0..n-1: a missing or extra sample, a
 duplicate, or a problem id the benchmark does not have is an error naming it (never a silently different metric).
+Each sample's verdict (the answer read, correct, timeout, corrupt text) is kept: :func:`write_scores` puts the
+counts in scores.json and the verdicts beside it in ``<name>.verdicts.jsonl.gz``, so every number can be audited
+down to the completion that produced it. A completion whose bytes were not UTF-8 is graded wrong, not guessed at.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -76,8 +80,11 @@ def score_samples(
     n = n or benchmark.n
     rows = check_samples(benchmark, problems, samples, n)
     answers = problems.by_id()
+    corrupt = samples.invalid_utf8
     items = [
-        (row["completion"], answers[pid].answer, benchmark.answer_type) for pid, group in rows.items() for row in group
+        ("" if (pid, row["sample"]) in corrupt else row["completion"], answers[pid].answer, benchmark.answer_type)
+        for pid, group in rows.items()
+        for row in group
     ]
     if pool is None:
         with GradingPool(workers, timeout_s=timeout_s) as own:
@@ -85,6 +92,16 @@ def score_samples(
     else:
         verdicts = pool.grade_many(items)
     return summarize(benchmark, problems, samples, rows, verdicts, n, seed)
+
+
+def _sample_verdict(sample: int, verdict: Verdict, corrupt: bool) -> dict:
+    return {
+        "sample": sample,
+        "answer": verdict.extracted,
+        "correct": verdict.correct,
+        "timeout": verdict.timeout,
+        "invalid_utf8": corrupt,
+    }
 
 
 def summarize(
@@ -97,11 +114,22 @@ def summarize(
     seed: int,
 ) -> dict:
     per_problem, i = [], 0
-    for pid in rows:
+    for pid, group_rows in rows.items():
         group = verdicts[i : i + n]
         i += n
+        per_sample = [
+            _sample_verdict(r["sample"], v, (pid, r["sample"]) in samples.invalid_utf8)
+            for r, v in zip(group_rows, group, strict=True)
+        ]
         per_problem.append(
-            {"problem_id": pid, "n": n, "c": sum(v.correct for v in group), "timeouts": sum(v.timeout for v in group)}
+            {
+                "problem_id": pid,
+                "n": n,
+                "c": sum(v.correct for v in group),
+                "timeouts": sum(v.timeout for v in group),
+                "invalid_utf8": sum(v["invalid_utf8"] for v in per_sample),
+                "verdicts": per_sample,
+            }
         )
     counts = [(p["n"], p["c"]) for p in per_problem]
     low, high = bootstrap_ci([c / m for m, c in counts], seed=seed, resamples=CI_RESAMPLES, level=CI_LEVEL)
@@ -120,7 +148,8 @@ def summarize(
             "seed": seed,
         },
         "timeouts": sum(p["timeouts"] for p in per_problem),
-        "no_answer": sum(v.extracted is None for v in verdicts),
+        "no_answer": sum(v["answer"] is None and not v["invalid_utf8"] for p in per_problem for v in p["verdicts"]),
+        "invalid_utf8": sum(p["invalid_utf8"] for p in per_problem),
         "verifier": verifier.verifier_info(),
         "answer_type": benchmark.answer_type,
         "sampling": samples.header.get("sampling"),
@@ -138,10 +167,29 @@ def summarize(
     }
 
 
+def verdicts_path(scores_path: Path) -> Path:
+    """Where the per-sample verdicts of ``scores_path`` go: scores.json -> scores.verdicts.jsonl.gz."""
+    scores_path = Path(scores_path)
+    return scores_path.with_name(scores_path.stem + ".verdicts.jsonl.gz")
+
+
 def write_scores(scores: dict, path: Path) -> None:
-    """Write scores.json atomically (a reader never sees half a file)."""
+    """The per-sample verdicts, then scores.json naming them (with their sha256), each written atomically.
+
+    scores.json is written last: a reader that finds it also finds the verdicts it names."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [{"problem_id": p["problem_id"], **v} for p in scores["problems"] for v in p.get("verdicts", [])]
+    counts = {**scores, "problems": [{k: v for k, v in p.items() if k != "verdicts"} for p in scores["problems"]]}
+    if rows:
+        data = gzip.compress("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode(), mtime=0)
+        target = verdicts_path(path)
+        _replace_atomically(target, data)
+        counts["verdicts"] = {"path": target.name, "sha256": hashlib.sha256(data).hexdigest()}
+    _replace_atomically(path, (json.dumps(counts, indent=2) + "\n").encode())
+
+
+def _replace_atomically(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(scores, indent=2) + "\n")
+    tmp.write_bytes(data)
     os.replace(tmp, path)
