@@ -97,6 +97,20 @@ def test_topk_masks_read_the_given_divergence():
         masked("dppo_topk_kl", mu, pi, adv)
 
 
+@pytest.mark.parametrize("name", ["dppo_topk_tv", "dppo_topk_kl"])
+def test_topk_masks_keep_an_unmoved_token(name):
+    # pi = mu exactly: r = 1 moves neither way, so even a top-K divergence above delta masks nothing (Eq. 12)
+    div = torch.tensor([0.9, 0.9])
+    assert masked(name, [0.3, 0.3], [0.3, 0.3], [-1.0, 1.0], topk_divergence=div) == [False, False]
+
+
+@pytest.mark.parametrize("name", ["dppo_binary_tv", "dppo_binary_kl", "grpo_clip_higher"])
+def test_binary_and_ratio_masks_keep_an_unmoved_token_at_zero_threshold(name):
+    rule = get_mask(name)
+    log_p = torch.tensor([0.3, 0.3]).log()
+    assert rule(Tokens(log_p, log_p, torch.tensor([-1.0, 1.0])), 0.0, 0.0).tolist() == [False, False]
+
+
 def random_batch(gen, B=6, T=9, spread=0.4):
     log_mu = torch.log_softmax(torch.randn(B, T, 5, generator=gen), -1)[..., 0]
     log_pi = (log_mu + spread * torch.randn(B, T, generator=gen)).clamp(max=-1e-4)

@@ -55,6 +55,7 @@ anchor: rollout
 hyperparameters:
   sanity: {delta: 0.15, is_cap: null}
 """
+EPS = GOOD.replace("dppo_binary_tv", "grpo_clip_higher").replace("delta: 0.15", "eps_low: 0.2, eps_high: 0.28")
 
 
 @pytest.mark.parametrize(
@@ -80,6 +81,9 @@ hyperparameters:
         ),
         (GOOD.replace("delta: 0.15", "delta: lots"), "hyperparameters.sanity.delta", "valid number"),
         (GOOD + "id: other\n", "id", "file name"),
+        (GOOD.replace("delta: 0.15", "delta: null"), "hyperparameters.sanity.delta", "needs a number"),
+        (EPS.replace("eps_low: 0.2", "eps_low: null"), "hyperparameters.sanity.eps_low", "needs a number"),
+        (EPS.replace("eps_high: 0.28", "eps_high: null"), "hyperparameters.sanity.eps_high", "needs a number"),
     ],
 )
 def test_bad_recipes_name_the_file_and_the_field(tmp_path, text, field, message):
@@ -89,6 +93,14 @@ def test_bad_recipes_name_the_file_and_the_field(tmp_path, text, field, message)
         load_method(path)
     assert err.value.field == field
     assert str(path) in str(err.value) and message in str(err.value)
+
+
+@pytest.mark.parametrize("text", [GOOD, EPS])
+def test_a_null_cap_means_no_cap(tmp_path, text):
+    path = tmp_path / "good_method.yaml"
+    path.write_text(text)
+    assert load_method(path).profile("sanity").is_cap is None
+    assert "actor_rollout_ref.actor.clip_ratio_c=10000.0" in method_overrides(load_method(path), "sanity")
 
 
 def test_unreadable_recipes(tmp_path):

@@ -1,12 +1,14 @@
 """Our loss modes inside verl 0.9.1: registration, parity with verl's own losses, ppo_loss."""
 
 import json
+import math
 import os
 import subprocess
 import sys
 
 import pytest
 import torch
+import yaml
 from omegaconf import OmegaConf
 from tensordict import TensorDict
 from verl.trainer.ppo import core_algos
@@ -18,7 +20,7 @@ from verl.workers.utils.losses import ppo_loss
 import dppo_bench.verl_plugin  # noqa: F401  (registers the modes in this process)
 from dppo_bench.config import load_methods
 from dppo_bench.methods import Tokens, get_mask, mask_names
-from dppo_bench.verl_plugin.overrides import UNBOUNDED_IS_THRESHOLD
+from dppo_bench.verl_plugin.overrides import UNBOUNDED_IS_THRESHOLD, method_overrides
 
 RECIPES = load_methods()
 NON_TOPK = sorted(n for n in mask_names() if not get_mask(n).needs_topk)
@@ -192,10 +194,10 @@ def paper_mask(name, log_pi, log_anchor, adv, low, high):
     return torch.ones_like(pi, dtype=torch.bool)
 
 
-def run_fresh(cases, env_update):
+def run_fresh(cases, env_update, script=FRESH_PROCESS_CHECK):
     env = {**os.environ, **env_update}
     proc = subprocess.run(
-        [sys.executable, "-c", FRESH_PROCESS_CHECK, json.dumps(cases)],
+        [sys.executable, "-c", script, json.dumps(cases)],
         capture_output=True,
         text=True,
         env=env,
@@ -243,6 +245,105 @@ def test_external_modules_fallback_registers_without_entry_points():
     assert name not in off["registered"]
     on = run_fresh(cases, {"VERL_USE_EXTERNAL_PLUGINS": "none", "VERL_USE_EXTERNAL_MODULES": "dppo_bench.verl_plugin"})
     assert name in on["registered"] and name in on
+
+
+RECIPE_CHECK = r"""
+import json, sys, torch
+import verl  # nothing else: the entry point must register our modes
+from verl.protocol import DataProto
+from verl.trainer.config import RolloutCorrectionConfig
+from verl.trainer.ppo.core_algos import get_policy_loss_fn
+from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
+from verl.workers.config import ActorConfig
+args = json.loads(sys.argv[1])
+data = torch.load(args["data"])
+out = {}
+for key, case in args["cases"].items():
+    actor = ActorConfig(strategy="fsdp", ppo_micro_batch_size_per_gpu=2, ppo_mini_batch_size=4, rollout_n=1,
+                        loss_agg_mode="token-mean", policy_loss={"loss_mode": case["loss_mode"]}, **case["actor"])
+    kw = dict(old_log_prob=data["log_mu"], rollout_is_weights=None)
+    if case["rollout_correction"] is not None:  # decoupled mode: verl's own IS weights pi_old / mu
+        batch = DataProto.from_dict(tensors={"old_log_probs": data["log_old"], "rollout_log_probs": data["log_mu"],
+                                             "response_mask": data["mask"].long()})
+        rc = RolloutCorrectionConfig(**case["rollout_correction"])
+        batch, _ = compute_rollout_correction_and_add_to_batch(batch, rc)
+        kw = dict(old_log_prob=data["log_old"], rollout_is_weights=batch.batch["rollout_is_weights"])
+    lp = data["log_pi"].clone().requires_grad_()
+    loss, _ = get_policy_loss_fn(case["loss_mode"])(log_prob=lp, advantages=data["adv"], response_mask=data["mask"],
+                                                    loss_agg_mode="token-mean", config=actor, **kw)
+    loss.backward()
+    out[key] = lp.grad.tolist()
+print("RESULT" + json.dumps(out))
+"""
+
+
+def recipe_check_data(gen, B=6, T=12):
+    """Random tokens with the paper's two at the start: mu 0.99 -> pi 0.80 (A < 0), mu 1e-4 -> pi 1e-2 (A > 0)."""
+    log_mu = torch.log_softmax(torch.randn(B, T, 4, generator=gen), -1)[..., 0]
+    log_pi = (log_mu + 0.6 * torch.randn(B, T, generator=gen)).clamp(max=-1e-4)
+    log_old = (log_mu + 0.2 * torch.randn(B, T, generator=gen)).clamp(max=-1e-4)
+    adv = torch.randn(B, T, generator=gen)
+    for t, (mu, pi, a) in enumerate([(0.99, 0.80, -1.0), (1e-4, 1e-2, 1.0)]):
+        log_mu[0, t], log_old[0, t], log_pi[0, t], adv[0, t] = math.log(mu), math.log(mu), math.log(pi), a
+    mask = torch.ones(B, T, dtype=torch.bool)
+    mask[1, 7:] = False
+    return {"log_mu": log_mu, "log_pi": log_pi, "log_old": log_old, "adv": adv, "mask": mask}
+
+
+def verl_case(recipe, profile):
+    """verl's settings for ``recipe`` at ``profile``, read back from the override strings method_overrides writes."""
+    values = {}
+    for override in method_overrides(recipe, profile):
+        key, _, value = override.lstrip("+").partition("=")
+        values[key] = yaml.safe_load(value)
+    actor = {k: values[f"actor_rollout_ref.actor.{k}"] for k in ("clip_ratio_low", "clip_ratio_high", "clip_ratio_c")}
+    rc = {k.rpartition(".")[2]: v for k, v in values.items() if k.startswith("algorithm.rollout_correction.")}
+    return {
+        "loss_mode": values["actor_rollout_ref.actor.policy_loss.loss_mode"],
+        "actor": actor,
+        "rollout_correction": None if rc["bypass_mode"] else rc,
+    }
+
+
+def paper_low_high(hp):
+    """(low, high) of the paper's mask from a recipe's own names: delta on both sides, or eps_low / eps_high."""
+    v = hp.values()
+    if "delta" in v:
+        return v["delta"], v["delta"]
+    return v.get("eps_low", 0.0), v.get("eps_high", 0.0)
+
+
+@pytest.mark.slow
+def test_every_recipe_and_profile_through_verl_matches_the_paper_gradient(gen, tmp_path):
+    data = recipe_check_data(gen)
+    torch.save(data, tmp_path / "data.pt")
+    cases = {
+        f"{name}/{profile}": verl_case(recipe, profile)
+        for name, recipe in RECIPES.items()
+        if not get_mask(recipe.mask).needs_topk
+        for profile in recipe.hyperparameters
+    }
+    out = run_fresh(
+        {"data": str(tmp_path / "data.pt"), "cases": cases},
+        {"VERL_USE_EXTERNAL_PLUGINS": "auto", "VERL_USE_EXTERNAL_MODULES": ""},
+        script=RECIPE_CHECK,
+    )
+    log_mu, log_pi, log_old, adv, mask = (data[k] for k in ("log_mu", "log_pi", "log_old", "adv", "mask"))
+    for key in cases:
+        name, profile = key.split("/")
+        recipe, hp = RECIPES[name], RECIPES[name].profile(profile)
+        anchor = log_old if recipe.anchor == "recompute" else log_mu
+        M = paper_mask(recipe.mask, log_pi, anchor, adv, *paper_low_high(hp))
+        weight = (log_pi - log_mu).exp().clamp(max=hp.is_cap or math.inf)
+        expected = -adv * weight * M * mask / mask.sum()
+        got = torch.tensor(out[key])
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-7, msg=key)
+        assert (got[~M & mask] == 0).all(), key
+    # the paper's two tokens (Sec. 4.2): DPPO-TV at 0.15 drops the high-probability fall and keeps the rare rise;
+    # GRPO's clip does the opposite
+    tv, grpo = torch.tensor(out["dppo_binary_tv/sanity"]), torch.tensor(out["grpo_clip_higher/sanity"])
+    assert tv[0, 0] == 0 and tv[0, 1] != 0
+    assert grpo[0, 0] != 0 and grpo[0, 1] == 0
 
 
 def ppo_loss_inputs(gen, *, recompute, B=4, P=3, R=6):
@@ -307,3 +408,35 @@ def test_verls_ppo_loss_runs_every_recipe(gen, name):
     diff = (log_pi.exp() - log_mu.exp())[mask]
     assert values["actor/pi_mu_abs_diff_mean"] == pytest.approx(diff.abs().mean().item(), rel=1e-5)
     assert values["actor/pi_mu_diff_min"] == pytest.approx(diff.min().item(), rel=1e-5)
+
+
+def test_verl_averages_our_statistics_over_micro_batches_unweighted(gen):
+    """The README's per-step statistics paragraph: verl 0.9.1 combines a loss's scalars by an unweighted mean over
+    micro-batches, so a micro-batch without A > 0 tokens pulls mask_frac_pos toward 0, and _max is a mean of maxima."""
+    from verl.utils.metric import Metric, reduce_metrics
+    from verl.utils.py_functional import append_to_dict
+
+    cfg = ActorConfig(
+        strategy="fsdp",
+        ppo_micro_batch_size_per_gpu=2,
+        ppo_mini_batch_size=4,
+        rollout_n=1,
+        clip_ratio_low=0.02,
+        clip_ratio_high=0.02,
+        clip_ratio_c=1e4,
+        policy_loss={"loss_mode": "dppo_binary_tv"},
+    )
+    per_micro, combined = [], {}
+    for sign in (1.0, -1.0):  # micro-batch 1: only A > 0 tokens; micro-batch 2: only A < 0 tokens
+        data, flat, *_ = ppo_loss_inputs(gen, recompute=False)
+        data["advantages"] = sign * data["advantages"].abs()
+        _, metrics = ppo_loss(cfg, {"log_probs": flat}, data)
+        per_micro.append({k: m.aggregate() for k, m in metrics.items()})
+        append_to_dict(combined, metrics)  # as verl's engine collects micro-batches (engine/utils.py)
+    step = reduce_metrics({k: [Metric.aggregate_dp([m])] for k, m in combined.items()})  # one rank, one mini-batch
+    first, second = per_micro
+    assert first["actor/mask_frac_pos"] > 0 and second["actor/mask_frac_pos"] == 0
+    assert step["actor/mask_frac_pos"] == pytest.approx(first["actor/mask_frac_pos"] / 2)  # not the token-weighted
+    assert step["actor/pi_mu_diff_max"] == pytest.approx(
+        (first["actor/pi_mu_diff_max"] + second["actor/pi_mu_diff_max"]) / 2
+    )

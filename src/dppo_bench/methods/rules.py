@@ -19,13 +19,14 @@ if TYPE_CHECKING:  # tensor methods only at run time: importing the rules needs 
 def _moving_away(t: Tokens, div: torch.Tensor, low: float, high: float) -> torch.Tensor:
     """DPPO's trust region (Eq. 12): block only updates that push pi further from the anchor.
 
-    A > 0 and pi above the anchor with divergence > high, or A < 0 and pi below it with
-    divergence > low. Updates that pull pi back toward the anchor always pass.
+    A > 0 and pi above the anchor (r > 1) with divergence > high, or A < 0 and pi below it
+    (r < 1) with divergence > low; both comparisons are strict, as in the paper and Stable-RL.
+    Updates that pull pi back toward the anchor always pass, and so does an unmoved sampled
+    token (pi = anchor) even when the top-K divergence exceeds the threshold.
     """
-    rise = t.pi > t.anchor
     over_high = div > high
     over_low = over_high if low == high else div > low
-    return (t.up & rise & over_high) | (t.down & ~rise & over_low)
+    return (t.up & (t.pi > t.anchor) & over_high) | (t.down & (t.pi < t.anchor) & over_low)
 
 
 @register_mask("dppo_binary_tv", anchors=("rollout",), thresholds="delta")
