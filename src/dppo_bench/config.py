@@ -76,6 +76,10 @@ class MethodRecipe(Strict):
                 raise _FieldError(f"hyperparameters.{profile}.{name}", f"missing (mask {self.mask!r} needs it)")
             for name in sorted(given - expected):
                 raise _FieldError(f"hyperparameters.{profile}.{name}", f"not used by mask {self.mask!r}")
+            for name in rule.params:  # a null threshold would reach verl as clip_ratio_*=None
+                if getattr(hp, name) is None:
+                    message = f"null; mask {self.mask!r} needs a number (only is_cap may be null)"
+                    raise _FieldError(f"hyperparameters.{profile}.{name}", message)
         return self
 
     def profile(self, name: str) -> Hyperparameters:
@@ -86,7 +90,9 @@ class MethodRecipe(Strict):
             raise KeyError(f"method {self.id!r} has no hyperparameter profile {name!r}; it has {have}") from None
 
     def sha256(self) -> str:
-        return canonical_sha256(self.model_dump(mode="json"))
+        """The recipe's part of a run's identity. Every profile is in it, not only the one a setting uses: the
+        hash is taken without the setting (run.json, aggregation and resumption compare it as it is)."""
+        return identity_sha256(self, RECIPE_NOT_IDENTITY)
 
 
 class _FieldError(ValueError):
@@ -102,6 +108,29 @@ M = TypeVar("M", bound=BaseModel)
 
 def canonical_sha256(data: object) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+# Fields that do not change what a run computes, left out of its identity (the recipe and setting sha256 in
+# run.json, which aggregation and resumption compare): adding a seed, renaming, citing, or a longer time limit
+# must not mark finished runs stale or stop a killed one from resuming. Everything else stays in, the cluster
+# shape (verl.nodes, verl.gpus_per_node) included: it sets the data-parallel split, and so the numerics, and
+# verl's sharded checkpoints resume only at the world size that wrote them. local.threads stays in too: torch's
+# CPU kernels may sum in another order with another thread count.
+RECIPE_NOT_IDENTITY = ("display_name", "paper")
+SETTING_NOT_IDENTITY = ("display_name", "paper", "seeds", "verl.runtime_min")
+
+
+def identity_sha256(model: BaseModel, left_out: tuple[str, ...]) -> str:
+    """sha256 of the model's dump without the dotted fields ``left_out`` (absent ones are skipped)."""
+    data = model.model_dump(mode="json")
+    for dotted in left_out:
+        *parents, name = dotted.split(".")
+        node = data
+        for key in parents:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(name, None)
+    return canonical_sha256(data)
 
 
 def read_yaml(path: Path) -> dict:
@@ -312,7 +341,8 @@ class Setting(Strict):
         return self
 
     def sha256(self) -> str:
-        return canonical_sha256(self.model_dump(mode="json"))
+        """The setting's part of a run's identity (the seed is a part of its own)."""
+        return identity_sha256(self, SETTING_NOT_IDENTITY)
 
     def eval_steps(self) -> list[int]:
         """Evaluated steps: 0 (the base model), then every eval.every (verl: its online validation steps)."""
