@@ -1,5 +1,6 @@
 """Ray inside a SLURM allocation: the srun/ray commands, the start-up order, waiting, stopping; no SLURM needed."""
 
+import os
 import subprocess
 
 import pytest
@@ -7,26 +8,29 @@ import pytest
 from dppo_bench.verl_plugin import launch as L
 from dppo_bench.verl_plugin import slurm as S
 
-CLUSTER = S.RayCluster(head="gpu01", workers=("gpu02", "gpu03"), head_ip="10.1.0.1", gpus_per_node=8, cpus_per_node=64)
+CLUSTER = S.RayCluster(
+    head="gpu01", workers=("gpu02", "gpu03"), head_ip="10.1.0.1", gpus_per_node=8, cpus_per_node=64, job_id="4242"
+)
 ENV = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "gpu[01-03]", "SLURM_JOB_NUM_NODES": "3"}
 
 
 def test_commands_follow_verls_ray_on_slurm_example():
     assert S.head_command(CLUSTER) == [
-        *("srun", "--overlap", "--nodes=1", "--ntasks=1", "-w", "gpu01"),
+        *("srun", "--jobid=4242", "--overlap", "--nodes=1", "--ntasks=1", "-w", "gpu01"),
         *("ray", "start", "--head", "--node-ip-address=10.1.0.1", "--port=6379"),
         *("--num-gpus=8", "--num-cpus=64", "--block"),
     ]
     assert S.worker_command(CLUSTER, "gpu03") == [
-        *("srun", "--overlap", "--nodes=1", "--ntasks=1", "-w", "gpu03"),
+        *("srun", "--jobid=4242", "--overlap", "--nodes=1", "--ntasks=1", "-w", "gpu03"),
         *("ray", "start", "--address=10.1.0.1:6379", "--num-gpus=8", "--num-cpus=64", "--block"),
     ]
     assert S.driver_command(CLUSTER, ["python", "-m", "verl.trainer.main_ppo", "a=1"]) == [
-        *("srun", "--overlap", "--nodes=1", "--ntasks=1", "-w", "gpu01"),
+        *("srun", "--jobid=4242", "--overlap", "--nodes=1", "--ntasks=1", "-w", "gpu01"),
         *("python", "-m", "verl.trainer.main_ppo", "a=1"),
     ]
     no_cpus = S.RayCluster(head="n1", workers=(), head_ip="10.0.0.9", gpus_per_node=4)
     assert "--num-cpus" not in " ".join(S.head_command(no_cpus))
+    assert "--jobid" not in " ".join(S.head_command(no_cpus))  # no job known: srun's own SLURM_JOB_ID
     assert S.hostnames_command("gpu[01-03]") == ["scontrol", "show", "hostnames", "gpu[01-03]"]
 
 
@@ -54,16 +58,92 @@ def test_plan_takes_the_first_nodes_of_the_allocation():
     cluster = S.plan_cluster(job, 3, 8, output=output)
     assert (cluster.head, cluster.workers, cluster.head_ip) == ("gpu01", ("gpu02", "gpu03"), "10.1.0.1")
     assert cluster.cpus_per_node == 32 and cluster.address == "10.1.0.1:6379"
-    assert calls[1] == S.ip_command("gpu01")
+    assert calls[1] == S.ip_command("gpu01", "4242") and cluster.job_id == "4242"
     with pytest.raises(S.ClusterError, match="needs 5 nodes; SLURM job 4242 has 4"):
         S.plan_cluster(job, 5, 8, output=output)
 
 
 def test_job_from_env():
     assert S.SlurmJob.from_env({}) is None
-    assert S.SlurmJob.from_env(ENV) == S.SlurmJob("4242", "gpu[01-03]", 3, None)
-    with pytest.raises(S.ClusterError, match="SLURM_JOB_NODELIST is not set"):
+    assert S.SlurmJob.from_env(ENV, output=no_scontrol) == S.SlurmJob("4242", "gpu[01-03]", 3, None)
+
+
+def no_scontrol(argv):
+    raise AssertionError(f"SLURM's variables are set: no {argv} needed")
+
+
+# What the Snakemake SLURM executor's job-step plugin leaves of SLURM's variables in a job's environment
+STRIPPED = {"SLURM_JOB_ID": "4242", "SLURM_CLUSTER_NAME": "c1", "SLURM_SUBMIT_DIR": "/home/u/dppo-bench"}
+SCONTROL = """#!/bin/sh
+case "$1 $2" in
+  "show job")
+    [ "$3" = 4242 ] || { echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1; }
+    echo "JobId=4242 JobName=train_verl"
+    echo "   JobState=RUNNING Reason=None Dependency=(null)"
+    echo "   NodeList=gpu[01-03] BatchHost=gpu01"
+    echo "   NumNodes=3 NumCPUs=192 NumTasks=24 CPUs/Task=8 ReqB:S:C:T=0:0:*:*"
+    echo "   ReqNodeList=(null) ExcNodeList=(null)"
+    echo "   Command=/home/u/dppo-bench/.snakemake/slurm job.sh";;
+  "show hostnames") [ "$3" = "gpu[01-03]" ] && printf 'gpu01\ngpu02\ngpu03\n';;
+  *) exit 2;;
+esac
+"""
+# srun joins an allocation named by --jobid or SLURM_JOB_ID; with neither it would queue a new job
+SRUN = """#!/bin/sh
+echo "$@" >> "$(dirname "$0")/srun.log"
+case " $* " in *" --jobid=4242 "*) ;; *) echo "srun: would allocate a new job" >&2; exit 1;; esac
+echo "10.1.0.1"
+"""
+
+
+@pytest.fixture
+def fake_slurm(tmp_path, monkeypatch):
+    """scontrol and srun on PATH, as on a SLURM node; this process carries no SLURM variable."""
+    for name, script in (("scontrol", SCONTROL), ("srun", SRUN)):
+        (tmp_path / name).write_text(script)
+        (tmp_path / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    for var in [v for v in os.environ if v.startswith("SLURM_")]:
+        monkeypatch.delenv(var)
+    return tmp_path
+
+
+def test_stripped_variables_are_read_back_with_scontrol(fake_slurm):
+    assert S.SlurmJob.from_env(STRIPPED) == S.SlurmJob("4242", "gpu[01-03]", 3, 8)
+    assert S.SlurmJob.from_env({"SLURM_JOBID": "4242"}) == S.SlurmJob("4242", "gpu[01-03]", 3, 8)
+    assert L.placement(STRIPPED, 3) == S.SlurmJob("4242", "gpu[01-03]", 3, 8)
+    with pytest.raises(S.ClusterError, match="Invalid job id"):
         S.SlurmJob.from_env({"SLURM_JOB_ID": "1"})
+
+
+def test_a_stripped_job_plans_its_cluster_with_explicit_job_ids(fake_slurm):
+    cluster = S.plan_cluster(S.SlurmJob.from_env(STRIPPED), 3, 8)
+    assert (cluster.head, cluster.workers, cluster.head_ip) == ("gpu01", ("gpu02", "gpu03"), "10.1.0.1")
+    assert (cluster.job_id, cluster.cpus_per_node) == ("4242", 8)
+    ip_step = "--jobid=4242 --overlap --nodes=1 --ntasks=1 -w gpu01 hostname --ip-address\n"
+    assert (fake_slurm / "srun.log").read_text() == ip_step  # the only srun call of the plan
+    for argv in (S.head_command(cluster), S.worker_command(cluster, "gpu02"), S.driver_command(cluster, ["t"])):
+        assert argv[:2] == ["srun", "--jobid=4242"]
+
+
+@pytest.mark.parametrize(
+    ("output", "message"),
+    [
+        ("JobId=7 JobState=PENDING NodeList=(null) NumNodes=3-3", "names no nodes"),
+        ("JobId=7 JobState=RUNNING", "names no nodes"),
+    ],
+)
+def test_scontrol_without_nodes_is_an_error(output, message):
+    with pytest.raises(S.ClusterError, match=message):
+        S.SlurmJob.from_env({"SLURM_JOB_ID": "7"}, output=lambda _: output)
+
+
+def test_a_missing_scontrol_stops_a_multi_node_run_but_not_a_one_node_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(S.ClusterError, match="scontrol not found on PATH"):
+        L.placement(STRIPPED, 3)
+    code, where = L.run_trainer(["t"], STRIPPED, 1, 8, popen=lambda argv, env: FakeStep(argv, dies=True))
+    assert code == 1 and where["slurm"]["job_id"] == "4242" and "scontrol not found" in where["slurm"]["error"]
 
 
 class FakeStep:

@@ -36,7 +36,7 @@ from dppo_bench.config import ConfigError, MethodRecipe, Setting
 from dppo_bench.rundir import RunDir
 from dppo_bench.verl_plugin.records import MetricMap, apply_attempt
 from dppo_bench.verl_plugin.run_config import RunPaths, run_overrides
-from dppo_bench.verl_plugin.slurm import RayOnSlurm, SlurmJob, driver_command, plan_cluster
+from dppo_bench.verl_plugin.slurm import ClusterError, RayOnSlurm, SlurmJob, driver_command, plan_cluster
 
 PINNED_VERL = "0.9.1"
 MAIN_PPO = (sys.executable, "-m", "verl.trainer.main_ppo")
@@ -199,6 +199,16 @@ def placement(env: Mapping[str, str], nodes: int) -> SlurmJob | None:
     return job
 
 
+def slurm_record(env: Mapping[str, str]) -> dict | None:
+    """The SLURM job a one-node run ran in, for run.json: a failed ``scontrol`` query only leaves it incomplete,
+    since a one-node run does not need the node list."""
+    try:
+        job = SlurmJob.from_env(env)
+    except ClusterError as e:
+        return {"job_id": env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID"), "error": str(e)}
+    return job.record() if job else None
+
+
 def _wait(child: subprocess.Popen, grace_s: float = 60.0) -> int:
     """The child's exit code; if this process is interrupted meanwhile, the child is stopped before it returns."""
     try:
@@ -227,8 +237,8 @@ def run_trainer(
     """Run verl's trainer to its end; (exit code, where it ran and any signal passed on to it). Several nodes
     need a SLURM allocation (a Ray cluster is built in it) or a Ray cluster of the user's own (``RAY_ADDRESS``)."""
     job = placement(env, nodes)
-    slurm = job or SlurmJob.from_env(env)
-    where: dict = {"nodes": nodes, "gpus_per_node": gpus_per_node, "slurm": slurm.record() if slurm else None}
+    slurm = job.record() if job else slurm_record(env)
+    where: dict = {"nodes": nodes, "gpus_per_node": gpus_per_node, "slurm": slurm}
     with _Signals() as signals:
         try:
             if job is None:

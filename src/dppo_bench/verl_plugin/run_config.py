@@ -44,14 +44,16 @@ def experiment_name(setting: Setting, recipe: MethodRecipe, seed: int) -> str:
     return f"{setting.id}__{recipe.id}__seed{seed}"
 
 
-def val_sampling(benchmarks: list, max_tokens: int) -> dict:
-    """verl has one set of validation sampling parameters: the online benchmarks must agree on them."""
+def val_sampling(benchmarks: list) -> dict:
+    """verl has one set of validation sampling parameters: the online benchmarks must agree on them. The
+    benchmarks' max_tokens is not among them: verl 0.9.1's val_kwargs (SamplingConfig) has no length, so online
+    validation generates at most rollout.response_length, the setting's max_response_length."""
     sampling = {(b.n, b.sampling.temperature, b.sampling.top_p) for b in benchmarks}
     if len(sampling) != 1:
         ids = ", ".join(b.id for b in benchmarks)
         raise ValueError(f"benchmarks {ids} sample differently; verl validates all of them with one val_kwargs")
     n, temperature, top_p = sampling.pop()
-    return {"n": n, "temperature": temperature, "top_p": top_p, "max_tokens": max_tokens}
+    return {"n": n, "temperature": temperature, "top_p": top_p}
 
 
 def run_overrides(
@@ -70,7 +72,7 @@ def run_overrides(
     if setting.verl is None:
         raise ValueError(f"setting {setting.id!r} is not a verl-backend setting")
     v, t = setting.verl, setting.train
-    val = val_sampling([load_benchmark(b) for b in setting.eval.benchmarks], t.max_response_length)
+    val = val_sampling([load_benchmark(b) for b in setting.eval.benchmarks])
     loggers = '["console","file","wandb"]' if wandb else '["console","file"]'
     schedule_key = "lr_decay_style" if v.engine == "megatron" else "lr_scheduler_type"  # FSDP and Megatron differ
     overrides = [

@@ -28,9 +28,34 @@ class ClusterError(RuntimeError):
     """The Ray cluster could not be built inside the allocation."""
 
 
+def _output(argv: list[str]) -> str:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        raise ClusterError(f"{argv[0]} not found on PATH (needed for: {' '.join(argv)})") from None
+    if proc.returncode:
+        raise ClusterError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
+    return proc.stdout
+
+
+def job_command(job_id: str) -> list[str]:
+    return ["scontrol", "show", "job", job_id]
+
+
+def job_fields(text: str) -> dict[str, str]:
+    """The ``Key=Value`` pairs of ``scontrol show job`` (any line layout; words without ``=`` are skipped)."""
+    return dict(word.split("=", 1) for word in text.split() if "=" in word)
+
+
+def _leading_int(value: str) -> int | None:
+    """``3`` or the lower bound of a pending job's ``3-3``; None for ``N/A`` and the like."""
+    head = value.split("-", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
 @dataclass(frozen=True)
 class SlurmJob:
-    """The allocation this process runs in (from SLURM's environment variables)."""
+    """The allocation this process runs in."""
 
     job_id: str
     nodelist: str
@@ -38,16 +63,28 @@ class SlurmJob:
     cpus_per_task: int | None
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> SlurmJob | None:
-        if "SLURM_JOB_ID" not in env:
+    def from_env(cls, env: Mapping[str, str], *, output: Callable[[list[str]], str] = _output) -> SlurmJob | None:
+        """From SLURM's variables where they are set; else from ``scontrol show job``. The Snakemake SLURM
+        executor's job-step plugin strips every SLURM_* variable but the job, array and cluster ids before it runs
+        a job's command, so inside the pipeline's jobs only SLURM_JOB_ID is left."""
+        job_id = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
+        if not job_id:
             return None
-        for key in ("SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES"):
-            if not env.get(key):
-                raise ClusterError(f"inside SLURM job {env['SLURM_JOB_ID']} but {key} is not set")
+        nodelist, num_nodes = env.get("SLURM_JOB_NODELIST"), env.get("SLURM_JOB_NUM_NODES")
+        if not (nodelist and num_nodes):
+            return cls.from_scontrol(job_id, output=output)
         cpus = env.get("SLURM_CPUS_PER_TASK")
-        return cls(
-            env["SLURM_JOB_ID"], env["SLURM_JOB_NODELIST"], int(env["SLURM_JOB_NUM_NODES"]), int(cpus) if cpus else None
-        )
+        return cls(job_id, nodelist, int(num_nodes), int(cpus) if cpus else None)
+
+    @classmethod
+    def from_scontrol(cls, job_id: str, *, output: Callable[[list[str]], str] = _output) -> SlurmJob:
+        fields = job_fields(output(job_command(job_id)))
+        nodelist, num_nodes = fields.get("NodeList", "(null)"), _leading_int(fields.get("NumNodes", ""))
+        if nodelist in ("", "(null)") or num_nodes is None:
+            raise ClusterError(
+                f"scontrol show job {job_id} names no nodes (NodeList={nodelist}, NumNodes={fields.get('NumNodes')})"
+            )
+        return cls(job_id, nodelist, num_nodes, _leading_int(fields.get("CPUs/Task", "")))
 
     def record(self) -> dict:
         return {"job_id": self.job_id, "nodelist": self.nodelist, "num_nodes": self.num_nodes}
@@ -62,6 +99,7 @@ class RayCluster:
     cpus_per_node: int | None = None
     port: int = RAY_PORT
     ray: str = "ray"  # the ray executable (of the environment the trainer runs in)
+    job_id: str | None = None  # the allocation every srun step joins (explicit: see on_node)
 
     @property
     def address(self) -> str:
@@ -72,9 +110,12 @@ class RayCluster:
         return (self.head, *self.workers)
 
 
-def on_node(node: str, argv: Sequence[str]) -> list[str]:
-    """One task on one node of the allocation; ``--overlap`` lets the Ray steps and the trainer share the node."""
-    return ["srun", "--overlap", "--nodes=1", "--ntasks=1", "-w", node, *argv]
+def on_node(node: str, argv: Sequence[str], job_id: str | None = None) -> list[str]:
+    """One task on one node of the allocation; ``--overlap`` lets the Ray steps and the trainer share the node.
+    ``--jobid`` names the allocation outright: srun otherwise finds it only through SLURM_JOB_ID, the one SLURM
+    variable the Snakemake SLURM executor leaves in a job's environment, and without it would queue a new job."""
+    job = [f"--jobid={job_id}"] if job_id else []
+    return ["srun", *job, "--overlap", "--nodes=1", "--ntasks=1", "-w", node, *argv]
 
 
 def _resources(cluster: RayCluster) -> list[str]:
@@ -84,23 +125,24 @@ def _resources(cluster: RayCluster) -> list[str]:
 
 def head_command(cluster: RayCluster) -> list[str]:
     start = [cluster.ray, "start", "--head", f"--node-ip-address={cluster.head_ip}", f"--port={cluster.port}"]
-    return on_node(cluster.head, [*start, *_resources(cluster), "--block"])
+    return on_node(cluster.head, [*start, *_resources(cluster), "--block"], cluster.job_id)
 
 
 def worker_command(cluster: RayCluster, node: str) -> list[str]:
-    return on_node(node, [cluster.ray, "start", f"--address={cluster.address}", *_resources(cluster), "--block"])
+    argv = [cluster.ray, "start", f"--address={cluster.address}", *_resources(cluster), "--block"]
+    return on_node(node, argv, cluster.job_id)
 
 
 def driver_command(cluster: RayCluster, argv: Sequence[str]) -> list[str]:
-    return on_node(cluster.head, argv)
+    return on_node(cluster.head, argv, cluster.job_id)
 
 
 def hostnames_command(nodelist: str) -> list[str]:
     return ["scontrol", "show", "hostnames", nodelist]
 
 
-def ip_command(node: str) -> list[str]:
-    return on_node(node, ["hostname", "--ip-address"])
+def ip_command(node: str, job_id: str | None = None) -> list[str]:
+    return on_node(node, ["hostname", "--ip-address"], job_id)
 
 
 def parse_ip(output: str) -> str:
@@ -110,13 +152,6 @@ def parse_ip(output: str) -> str:
         raise ClusterError("hostname --ip-address printed nothing")
     ipv4 = [a for a in addresses if a.count(".") == 3 and all(p.isdigit() for p in a.split("."))]
     return (ipv4 or addresses)[0]
-
-
-def _output(argv: list[str]) -> str:
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if proc.returncode:
-        raise ClusterError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
-    return proc.stdout
 
 
 def plan_cluster(
@@ -130,10 +165,11 @@ def plan_cluster(
     return RayCluster(
         head=hosts[0],
         workers=tuple(hosts[1:nodes]),
-        head_ip=parse_ip(output(ip_command(hosts[0]))),
+        head_ip=parse_ip(output(ip_command(hosts[0], job.job_id))),
         gpus_per_node=gpus_per_node,
         cpus_per_node=job.cpus_per_task,
         ray=str(ray) if ray.exists() else "ray",
+        job_id=job.job_id,
     )
 
 
