@@ -110,8 +110,9 @@ def test_data_prepare_end_to_end(shared_data, tmp_path, capsys):
     assert main(["data", "prepare", "aime25", "--source", str(shared_data), "--out", str(out)]) == 0
     small = tmp_path / "small.jsonl"
     small.write_text((shared_data / "aime25" / "aime25.jsonl").read_text().splitlines()[0] + "\n")
+    other = load_problem_set(load_dataset_spec("sanity_r1d_1p5b"), source=small, verify=False)  # pins MATH train
     with pytest.raises(DataError, match="already holds aime25 with data_sha256"):
-        prepare(spec, load_problem_set(load_dataset_spec("sanity_r1d_1p5b"), source=small), load_prompt("as_is"), out)
+        prepare(spec, other, load_prompt("as_is"), out)
 
 
 def test_sanity_evaluation_prepares_with_the_boxed_template(shared_data, tmp_path):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dppo_bench.config import canonical_sha256
+from dppo_bench.eval.extract import last_box
 from dppo_bench.eval.spec import NORMALIZED_FIELDS, DatasetSpec, FieldRule, Fields, HubSource, LocalSource
 
 # JSON escapes that ate a LaTeX backslash: "\f" (form feed) + "rac" was "\frac", "\t" + "riangle" was "\triangle".
@@ -139,9 +140,18 @@ def _lookup(row: dict, column: str, index: int):
 
 def apply_rule(rule: FieldRule, row: dict, index: int) -> str:
     """One normalized field of one row (KeyError / ValueError carry what went wrong)."""
-    value = _lookup(row, rule.column, index)
+    try:
+        value = _lookup(row, rule.column, index)
+    except KeyError:
+        if rule.fallback is None:
+            raise
+        value = None
+    if value is None and rule.fallback is not None:
+        return apply_rule(rule.fallback, row, index)
     if value is None:
         raise ValueError(f"column {rule.column!r} is null")
+    if rule.boxed:
+        value = _boxed_answer(str(value))
     text = str(value)
     if rule.map is not None:
         if text not in rule.map:
@@ -172,6 +182,15 @@ def apply_rule(rule: FieldRule, row: dict, index: int) -> str:
     return text.strip()
 
 
+def _boxed_answer(solution: str) -> str:
+    """The content of a worked solution's last \\boxed{}, by the suite's own extraction. Its box rule alone: a MATH
+    solution may go on after the box ("We may check our answer: ..."), which the Answer: rule would take."""
+    found = last_box(solution)
+    if found is None:
+        raise ValueError("has no \\boxed{} answer")
+    return found[1].text
+
+
 def normalize(rows: list[dict], fields: Fields, origin: str, dedupe: bool = False) -> tuple[list[Problem], int]:
     """Normalized problems of raw rows, and how many duplicate rows ``dedupe`` dropped.
 
@@ -187,8 +206,8 @@ def normalize(rows: list[dict], fields: Fields, origin: str, dedupe: bool = Fals
         for name, rule in rules.items():
             try:
                 values[name] = apply_rule(rule, row, i)
-            except KeyError:
-                raise DataError(f"{origin}: row {i}: field '{name}': no column {rule.column!r}") from None
+            except KeyError as e:  # the column that is missing (a fallback's, where the rule has one)
+                raise DataError(f"{origin}: row {i}: field '{name}': no column {e.args[0]!r}") from None
             except (ValueError, IndexError) as e:
                 raise DataError(f"{origin}: row {i}: field '{name}': {e}") from None
         if not values["problem"] or not values["answer"]:

@@ -54,7 +54,7 @@ class Extraction:
 def extract_answer(completion: str) -> Extraction | None:
     """The completion's final answer by the rules above, or None when it states none."""
     text = completion.rsplit(THINK_END, 1)[1] if THINK_END in completion else completion
-    boxed = _last_box(text)
+    boxed = last_box(text)
     words = _answer_words(text)
     line = _last_answer_line(text, words)
     if boxed and line:
@@ -66,7 +66,8 @@ def extract_answer(completion: str) -> Extraction | None:
     return _last_answer_phrase(text, words)
 
 
-def _last_box(text: str) -> tuple[int, Extraction] | None:
+def last_box(text: str) -> tuple[int, Extraction] | None:
+    """(position, content) of the last non-empty, balanced \\boxed{} (or \\fbox{}) of ``text``, or None."""
     starts = [m for m in _BOX.finditer(text)]
     if not starts:
         return None

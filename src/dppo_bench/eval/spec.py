@@ -34,6 +34,15 @@ class FieldRule(Strict):
     strip_prefix: str | None = None  # must be present, then removed (a missing one is an error naming the row)
     strip_suffix: str | None = None
     repair_json_escapes: bool = False  # restore "\frac" from a form feed + "rac" etc. (backslashes eaten by JSON)
+    # The value is a worked solution: keep the content of its last \boxed{} (MATH rows without an answer column)
+    boxed: bool = False
+    # Read instead when the column is absent or null (a bare string means a column), e.g. answer from the solution
+    fallback: FieldRule | None = None
+
+    @field_validator("fallback", mode="before")
+    @classmethod
+    def _bare_fallback(cls, v: object) -> object:
+        return _as_rule(v)
 
     @field_validator("pattern")
     @classmethod
