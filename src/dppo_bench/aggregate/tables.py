@@ -7,10 +7,8 @@ import io
 import statistics
 
 from dppo_bench.aggregate.collect import Run
-from dppo_bench.aggregate.reference import Reference
+from dppo_bench.aggregate.reference import Key, References
 from dppo_bench.config import Column, Experiment
-
-References = dict[tuple[str, str, str, str], Reference]
 
 
 def series_stat(series: dict[int, float], stat: str) -> float | None:
@@ -49,12 +47,16 @@ def status_of(runs: list[Run]) -> str:
 
 def paper_columns(experiment: Experiment, references: References) -> list[Column]:
     """The columns for which the paper has a value for some run of the experiment."""
-    keys = {(metric, stat) for (_, _, metric, stat) in references}
+    runs = {(g.setting, m) for g in experiment.runs for m in g.methods}
+    keys = {(k.metric, k.stat) for k in references if (k.setting, k.method) in runs}
     return [c for c in experiment.columns if (c.metric, c.stat) in keys]
 
 
 def table_rows(experiment: Experiment, runs: list[Run], references: References | None = None) -> list[dict]:
-    """One row per curve; with references, each column that has them gains "(paper)" and "Δ" (ours - paper)."""
+    """One row per curve; with references, each column that has them gains "(paper)" and "Δ" (ours - paper).
+
+    ``paper_items`` of a row: the figures its paper values were read off (for the footnote).
+    """
     references = references or {}
     with_paper = paper_columns(experiment, references)
     rows = []
@@ -66,14 +68,16 @@ def table_rows(experiment: Experiment, runs: list[Run], references: References |
             "method": group[0].method,
             "seeds": ",".join(str(r.seed) for r in usable),
             "status": status_of(group),
+            "paper_items": (),
         }
         for col in experiment.columns:
             values = [v for r in usable if (v := series_stat(r.series.get(col.metric, {}), col.stat)) is not None]
             row[col.title] = statistics.fmean(values) if values else None
             if col in with_paper:
-                ref = references.get((group[0].setting, group[0].method, col.metric, col.stat))
+                ref = references.get(Key(group[0].setting, group[0].method, col.metric, col.stat, None))
                 row[f"{col.title} (paper)"] = ref.value if ref else None
                 row[f"{col.title} Δ"] = row[col.title] - ref.value if ref and row[col.title] is not None else None
+                row["paper_items"] += ref.paper_items if ref else ()
         rows.append(row)
     return rows
 
@@ -102,10 +106,12 @@ def to_markdown(experiment: Experiment, rows: list[dict]) -> str:
     for row in rows:
         cells = [row["run"], row["seeds"] or "-", row["status"], *(_cell(row, t, "missing") for t in titles)]
         lines.append("| " + " | ".join(cells) + " |")
-    if any("(paper)" in t for t in titles):
+    items = sorted({item for row in rows for item in row["paper_items"]})
+    if items:
         lines += [
             "",
-            "Paper values are read off the paper's figures by eye (results/reference/paper.csv, about ±0.01).",
+            f"Paper values are read off the paper's {', '.join(items)} by eye, each to the precision given in "
+            "results/reference/paper.csv.",
         ]
     return "\n".join(lines) + "\n"
 
