@@ -15,6 +15,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     readme.set_defaults(func=write_readme)
 
 
+def run_command(experiment) -> str:
+    """How to build it: on this machine for local-backend settings, through SLURM once any setting needs verl."""
+    from dppo_bench.config import find_setting
+
+    backends = {find_setting(g.setting).backend for g in experiment.runs}
+    how = "--profile profiles/slurm" if "verl" in backends else "--cores 2"
+    return f"snakemake {how} {experiment.id}"
+
+
 def render_index() -> str:
     from dppo_bench.config import EXPERIMENTS_DIR, find_setting, load_experiment
 
@@ -31,8 +40,14 @@ def render_index() -> str:
         e = load_experiment(path)
         runs = len(e.run_keys(lambda s: find_setting(s).seeds))
         settings = ", ".join(dict.fromkeys(g.setting for g in e.runs))
-        lines.append(f"| `{e.id}` | {e.paper_item} | {runs} | {settings} | `snakemake {e.id}` |")
-    lines += ["", "Plan any of them without running it: `snakemake -n <id>`.", ""]
+        lines.append(f"| `{e.id}` | {e.paper_item} | {runs} | {settings} | `{run_command(e)}` |")
+    lines += [
+        "",
+        "Add `-n` to any command to plan it without running anything (on any machine), e.g. "
+        "`snakemake -n fig3_sanity`. The target `<id>_partial` (same command) aggregates whatever runs exist "
+        "now into `results/<id>/partial/`, missing and failed ones shown as such.",
+        "",
+    ]
     for path in sorted(EXPERIMENTS_DIR.glob("*.yaml")):
         e = load_experiment(path)
         lines += [f"## `{e.id}`: {e.title} ({e.paper_item})", "", e.description.strip(), ""]
