@@ -1,10 +1,17 @@
 # Helpers of the pipeline: the config and every experiment, setting and method recipe are validated at
 # start (a bad yaml stops here with the file and the field), and targets are derived from experiments.
+import os
+
 from snakemake.utils import validate
 
 from dppo_bench import config as dc
 
 validate(config, "../schemas/config.schema.yaml")
+
+# The wandb switch reaches `dppo-bench train` through its environment (jobs inherit it; SLURM jobs with
+# --export=ALL), not through the rules' parameters: switching it on must not make finished runs out of date.
+if str(config["wandb"]).lower() == "true":
+    os.environ.update(DPPO_BENCH_WANDB="1")  # set for the jobs, not read here (no envvars: directive)
 
 EXPERIMENTS = {p.stem: dc.load_experiment(p) for p in sorted(dc.EXPERIMENTS_DIR.glob("*.yaml"))}
 SETTINGS = {p.stem: dc.load_setting(p) for p in dc.setting_paths()}

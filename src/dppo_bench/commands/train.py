@@ -26,6 +26,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the training set: local backend, the normalized jsonl split; verl, the prepared parquet",
     )
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument(
+        "--wandb",
+        action="store_true",
+        default=os.environ.get("DPPO_BENCH_WANDB", "").lower() in ("1", "true", "yes"),
+        help="also log every metrics row to wandb, offline unless WANDB_MODE says otherwise; metrics.jsonl stays "
+        "the record (default: $DPPO_BENCH_WANDB; snakemake: --config wandb=true)",
+    )
     verl = p.add_argument_group("verl backend")
     verl.add_argument(
         "--val-data",
@@ -33,12 +40,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=[],
         help="prepared parquet files of the online benchmarks (space- or comma-separated), in the order of the "
         "setting's eval.benchmarks",
-    )
-    verl.add_argument(
-        "--wandb",
-        action="store_true",
-        default=os.environ.get("DPPO_BENCH_WANDB", "").lower() in ("1", "true", "yes"),
-        help="also log to wandb, offline unless WANDB_MODE says otherwise (default: $DPPO_BENCH_WANDB)",
     )
     verl.add_argument(
         "--verl-command",
@@ -89,6 +90,31 @@ def start_record(run_dir, setting, recipe, seed: int, inputs: dict) -> dict:
     )
 
 
+def wandb_run(run_dir, setting, recipe, seed: int):
+    """A wandb run inside the run directory, named as the verl backend names its runs; offline unless WANDB_MODE
+    says otherwise (the verl launcher does the same)."""
+    import wandb
+
+    return wandb.init(
+        project="dppo-bench",
+        group=setting.id,
+        name=f"{setting.id}__{recipe.id}__seed{seed}",
+        dir=run_dir.path,
+        mode=os.environ.get("WANDB_MODE", "offline"),
+        config={"setting": setting.id, "method": recipe.id, "seed": seed, **run_dir.read_run()["hyperparameters"]},
+    )
+
+
+def log_rows_to(run):
+    """The trainer's sink for committed metrics rows: each row at its step."""
+
+    def log(rows: list[dict]) -> None:
+        for row in rows:
+            run.log({k: v for k, v in row.items() if k != "step"}, step=row["step"])
+
+    return log
+
+
 def train(args: argparse.Namespace) -> int:
     from dppo_bench.config import find_method, find_setting
     from dppo_bench.provenance import now
@@ -111,13 +137,18 @@ def train(args: argparse.Namespace) -> int:
     }
     start_record(run_dir, setting, recipe, args.seed, inputs)
     run = LocalRun(setting, recipe, args.seed, args.base_model, args.train_data)
+    wb = wandb_run(run_dir, setting, recipe, args.seed) if args.wandb else None
     try:
-        outcome = LocalTrainer(run, run_dir, progress=not args.no_progress).fit()
+        log_rows = log_rows_to(wb) if wb is not None else None
+        outcome = LocalTrainer(run, run_dir, progress=not args.no_progress, log_rows=log_rows).fit()
     except BaseException as e:
         run_dir.update_run(
             status="failed" if isinstance(e, Exception) else "interrupted", error=repr(e), finished_at=now()
         )
         raise
+    finally:
+        if wb is not None:
+            wb.finish()
     run_dir.update_run(**outcome, finished_at=now())
     run_dir.mark_done(outcome)
     return 0

@@ -11,6 +11,7 @@ resumed from a checkpoint replays exactly the steps an uninterrupted run would h
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,8 +53,17 @@ class LocalRun:
 
 
 class LocalTrainer:
-    def __init__(self, run: LocalRun, run_dir: RunDir, *, progress: bool = True):
-        self.run, self.dir, self.progress = run, run_dir, progress
+    def __init__(
+        self,
+        run: LocalRun,
+        run_dir: RunDir,
+        *,
+        progress: bool = True,
+        log_rows: Callable[[list[dict]], None] | None = None,
+    ):
+        """``log_rows``: also given every metrics row once it is in metrics.jsonl (e.g. wandb); it sees the
+        record, it never changes it."""
+        self.run, self.dir, self.progress, self.log_rows = run, run_dir, progress, log_rows
         s, r = run.setting, run.recipe
         self.train, self.local = s.train, s.local
         self.rule = get_mask(r.mask)
@@ -85,9 +95,14 @@ class LocalTrainer:
         self.dir.truncate_metrics(step)
         return step
 
+    def _record(self, rows: list[dict]) -> None:
+        self.dir.append_metrics(rows)
+        if self.log_rows is not None and rows:
+            self.log_rows(rows)
+
     def _checkpoint(self, step: int, rows: list[dict]) -> None:
         """Rows first, then the model, then the state file that commits them (see rundir)."""
-        self.dir.append_metrics(rows)
+        self._record(rows)
         save_model(self.policy, self.tokenizer, self.dir.checkpoint_dir(step))
         tmp = self._state_path().with_suffix(".tmp")
         torch.save({"step": step, "optimizer": self.opt.state_dict()}, tmp)
@@ -220,7 +235,7 @@ class LocalTrainer:
             try:
                 rows.append(self.step(step))
             except FloatingPointError as e:
-                self.dir.append_metrics(rows)
+                self._record(rows)
                 return {"status": "diverged", "last_step": step - 1, "error": str(e)}
             bar.set_postfix(reward=f"{rows[-1][canonical.REWARD_MEAN]:.3f}")
             if step % self.train.save_every == 0 or step == self.train.steps:
