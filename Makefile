@@ -6,6 +6,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 CORES ?= 2
+# Where torch 2.13.0 comes from. Empty: pip's configured index (on the project's machines, the CPU wheel on local
+# disk). On a laptop with plain PyPI, `make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu` takes the CPU
+# build instead of PyPI's Linux default, a CUDA build of several GB.
+TORCH_INDEX ?=
 export PATH := $(abspath $(BIN)):$(PATH)
 
 .PHONY: venv test demo smoke lint bench clean-venv
@@ -17,7 +21,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -U "pip>=25"
-	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/python -m pip install -q -e ".[test]"
 	touch $(STAMP)
 
