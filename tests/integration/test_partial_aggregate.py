@@ -1,35 +1,19 @@
 """`snakemake <id>_partial`: the aggregation of whatever runs exist now, with no training or evaluation job."""
 
 import json
-import os
-import re
-import subprocess
-import sys
-from pathlib import Path
+
+from snakemake_fixtures import job_counts, snakemake
 
 from dppo_bench.aggregate.tables import series_stat
 from dppo_bench.config import find_method, find_setting
 from dppo_bench.rundir import RunDir
-
-REPO = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-
-
-def snakemake(workdir, *args):
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
-
-
-def job_counts(stdout: str) -> dict[str, int]:
-    table = stdout.split("Job stats:")[1]
-    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
 
 
 def test_a_partial_target_plans_only_its_aggregation(tmp_path):
     for target in ("fig3_sanity_partial", "summary_table_partial"):  # a figure and tables; tables only
         proc = snakemake(tmp_path, "-n", "-p", target)
         assert proc.returncode == 0, proc.stderr[-2000:]
-        counts = {k: v for k, v in job_counts(proc.stdout).items() if k != "total"}
+        counts = job_counts(proc.stdout)
         assert counts == {target: 1}
     assert "--only table" in proc.stdout
     full = job_counts(snakemake(tmp_path, "-n", "fig3_sanity").stdout)  # the full target is unchanged

@@ -1,34 +1,17 @@
 """The pipeline end to end on the tiny smoke experiment, and dry runs of the miniature."""
 
 import json
-import os
-import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from snakemake_fixtures import REPO, job_counts, snakemake
 
 from dppo_bench.aggregate.tables import series_stat
-
-REPO = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-
-
-def snakemake(workdir, *args):
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=1800)
-
-
-def job_counts(stdout: str) -> dict[str, int]:
-    table = stdout.split("Job stats:")[1]
-    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
 
 
 def test_dry_run_of_the_miniature_lists_every_job(tmp_path):
     proc = snakemake(tmp_path, "-n", "tiny_sanity")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    counts = {k: v for k, v in job_counts(proc.stdout).items() if k != "total"}
+    counts = job_counts(proc.stdout)
     assert counts == {
         "tiny_data": 1,
         "tiny_pretrain": 1,

@@ -2,31 +2,16 @@
 the lint, and the planned training command run against the fake trainer."""
 
 import json
-import os
-import re
 import shlex
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from snakemake_fixtures import ENV, job_counts, snakemake
 from verl_fixtures import FAKE_COMMAND, write_parquet
 
 from dppo_bench.config import EXPERIMENTS_DIR, find_setting, load_experiment
 
-REPO = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
 EXPERIMENT_IDS = sorted(p.stem for p in EXPERIMENTS_DIR.glob("*.yaml"))
-
-
-def snakemake(workdir, *args):
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
-
-
-def job_counts(stdout: str) -> dict[str, int]:
-    table = stdout.split("Job stats:")[1]
-    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M) if m[1] != "total"}
 
 
 def expected_jobs(experiment_id: str) -> dict[str, int]:
