@@ -414,6 +414,7 @@ class Column(Strict):
     metric: str
     # final/peak/min/mean over the run's logged steps; start/end: the mean of the first/last tenth of them
     stat: Literal["final", "peak", "min", "mean", "start", "end"]
+    smooth: Annotated[float, Field(ge=0)] = 0.0  # Gaussian sigma before the statistic (a figure panel's smoothing)
 
 
 class Experiment(Strict):

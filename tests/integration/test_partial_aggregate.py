@@ -4,7 +4,7 @@ import json
 
 from snakemake_fixtures import job_counts, snakemake
 
-from dppo_bench.aggregate.tables import series_stat
+from dppo_bench.aggregate.series import series_stat
 from dppo_bench.config import find_method, find_setting
 from dppo_bench.rundir import RunDir
 

@@ -5,7 +5,7 @@ import json
 import pytest
 from snakemake_fixtures import REPO, job_counts, snakemake
 
-from dppo_bench.aggregate.tables import series_stat
+from dppo_bench.aggregate.series import series_stat
 
 
 def test_dry_run_of_the_miniature_lists_every_job(tmp_path):

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from dppo_bench.aggregate.collect import collect
-from dppo_bench.aggregate.figures import gaussian_smooth, plot
+from dppo_bench.aggregate.figures import plot
 from dppo_bench.aggregate.reference import for_experiment, read_references
+from dppo_bench.aggregate.series import gaussian_smooth
 from dppo_bench.aggregate.tables import table_rows, to_csv, to_latex, to_markdown
 from dppo_bench.config import Experiment, find_method, find_setting
 from dppo_bench.rundir import RunDir
@@ -127,9 +128,18 @@ def test_gaussian_smoothing():
 
 
 def test_series_statistics():
-    from dppo_bench.aggregate.tables import series_stat
+    from dppo_bench.aggregate.series import series_stat
 
     series = {s: float(s) for s in range(1, 21)}  # 1..20
     assert series_stat(series, "start") == pytest.approx(1.5) and series_stat(series, "end") == pytest.approx(19.5)
     assert series_stat(series, "final") == 20 and series_stat(series, "peak") == 20 and series_stat(series, "min") == 1
     assert series_stat({3: 0.5}, "start") == 0.5 and series_stat({}, "mean") is None
+
+
+def test_a_smoothed_peak_is_the_curves_not_its_noise():
+    from dppo_bench.aggregate.series import gaussian_smooth, series_stat
+
+    noisy = {s: 0.5 + (0.4 if s == 7 else 0.0) for s in range(1, 21)}  # one lucky step
+    assert series_stat(noisy, "peak") == pytest.approx(0.9)
+    smoothed = gaussian_smooth(np.array([noisy[s] for s in range(1, 21)]), 2.0)
+    assert series_stat(noisy, "peak", smooth=2.0) == pytest.approx(smoothed.max()) and smoothed.max() < 0.6

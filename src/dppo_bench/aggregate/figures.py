@@ -14,20 +14,9 @@ import numpy as np
 
 from dppo_bench.aggregate.collect import Run
 from dppo_bench.aggregate.reference import AT_STEP, Key, References, at_steps
+from dppo_bench.aggregate.series import gaussian_smooth
 from dppo_bench.aggregate.tables import grouped
 from dppo_bench.config import Experiment, Panel
-
-
-def gaussian_smooth(values: np.ndarray, sigma: float) -> np.ndarray:
-    """Gaussian filter over the sequence index, edges extended with the end values."""
-    if sigma <= 0 or len(values) < 2:
-        return values
-    radius = int(math.ceil(4 * sigma))
-    x = np.arange(-radius, radius + 1)
-    kernel = np.exp(-0.5 * (x / sigma) ** 2)
-    kernel /= kernel.sum()
-    padded = np.concatenate([np.full(radius, values[0]), values, np.full(radius, values[-1])])
-    return np.convolve(padded, kernel, mode="valid")
 
 
 def mean_curve(runs: list[Run], metric: str) -> tuple[np.ndarray, np.ndarray]:

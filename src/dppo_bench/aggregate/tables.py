@@ -8,25 +8,8 @@ import statistics
 
 from dppo_bench.aggregate.collect import Run
 from dppo_bench.aggregate.reference import Key, References
+from dppo_bench.aggregate.series import series_stat
 from dppo_bench.config import Column, Experiment
-
-
-def series_stat(series: dict[int, float], stat: str) -> float | None:
-    if not series:
-        return None
-    values = [series[s] for s in sorted(series)]
-    tenth = max(1, len(values) // 10)
-    if stat == "start":
-        return statistics.fmean(values[:tenth])
-    if stat == "end":
-        return statistics.fmean(values[-tenth:])
-    if stat == "final":
-        return values[-1]
-    if stat == "peak":
-        return max(values)
-    if stat == "min":
-        return min(values)
-    return statistics.fmean(values)
 
 
 def grouped(runs: list[Run]) -> dict[str, list[Run]]:
@@ -71,7 +54,8 @@ def table_rows(experiment: Experiment, runs: list[Run], references: References |
             "paper_items": (),
         }
         for col in experiment.columns:
-            values = [v for r in usable if (v := series_stat(r.series.get(col.metric, {}), col.stat)) is not None]
+            stats = (series_stat(r.series.get(col.metric, {}), col.stat, col.smooth) for r in usable)
+            values = [v for v in stats if v is not None]
             row[col.title] = statistics.fmean(values) if values else None
             if col in with_paper:
                 ref = references.get(Key(group[0].setting, group[0].method, col.metric, col.stat, None))
