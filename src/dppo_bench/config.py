@@ -201,6 +201,9 @@ class TrainSpec(Strict):
     save_every: PositiveInt  # checkpoint (and evaluation) interval in steps
     grad_clip: PositiveFloat = 1.0
     weight_decay: Annotated[float, Field(ge=0.0)] = 0.0
+    # |pi - mu| at equal parameters (the mismatch curves of Figs. 3, 13-17) needs a trainer pass over the rollout
+    # batch that the rollout anchor otherwise skips: made every this many steps (0: never), in both backends
+    mismatch_every: Annotated[int, Field(ge=0)] = 1
 
     @model_validator(mode="after")
     def _check_batches(self) -> TrainSpec:
@@ -306,7 +309,10 @@ class VerlSpec(Strict):
     rollout_gpu_memory_utilization: Annotated[float, Field(gt=0.0, le=1.0)]
     offload: bool = False  # Megatron parameter and optimizer offload to CPU
     chat_template_kwargs: dict[str, bool] = {}  # e.g. Qwen3's enable_thinking
-    mismatch_every: PositiveInt = 1  # bypass mode: a diagnostic pi(theta') pass for |pi - mu| every N steps
+    topk: PositiveInt = 20  # K of the Top-K modes (paper Sec. 4.3: 20, vLLM's default cap on returned log-probs)
+    # cpu: verl's own trainer and vLLM's CPU build on the host CPU (dppo_bench.verl_plugin.cpu); a laptop or CI
+    # stand-in for a GPU node, never used on a cluster
+    device: Literal["cuda", "cpu"] = "cuda"
 
 
 class Setting(Strict):

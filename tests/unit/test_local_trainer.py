@@ -52,7 +52,41 @@ def test_rows_checkpoints_and_canonical_names(inputs, tmp_path):
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert CANONICAL <= set(rows[0])
     assert run.saved_steps() == [0, 2, 4]
-    assert all(r["perf/recompute_s"] < 1e-3 for r in rows)  # the rollout anchor makes no extra pass
+
+
+def test_the_rollout_anchor_passes_over_the_batch_only_to_measure_the_mismatch(inputs, tmp_path):
+    setting, base, train = inputs
+    quiet = setting.model_copy(update={"train": setting.train.model_copy(update={"mismatch_every": 0})})
+    trainer = LocalTrainer(
+        LocalRun(quiet, find_method("dppo_binary_tv"), 0, base, train), RunDir(tmp_path).create(), progress=False
+    )
+    trainer.fit()
+    rows = RunDir(tmp_path).read_metrics()
+    assert all(r["perf/recompute_s"] < 1e-3 for r in rows)  # no pass at all
+    assert not any(k.startswith("mismatch/") or k == "train/entropy_mean" for r in rows for k in r)
+
+
+def test_the_mismatch_is_measured_over_the_whole_batch_before_the_updates(inputs, tmp_path):
+    """As verl's patch measures it: every sample of the rollout batch, at the rollout's parameters."""
+    from dppo_bench.local.model import response_logits
+    from dppo_bench.local.trainer import generator
+
+    setting, base, train = inputs
+    trainer = LocalTrainer(
+        LocalRun(setting, find_method("pg_is"), 0, base, train), RunDir(tmp_path).create(), progress=False
+    )
+    trainer._load()
+    roll, rewards = trainer._rollout(1, generator(0, 1))
+    batch = trainer._batch(roll, trainer._advantages(rewards, roll.response_mask))
+    _, measured = trainer._at_rollout_parameters(1, batch)
+    with torch.no_grad():  # an independent forward of every sample
+        logits = response_logits(trainer.policy, batch.input_ids, batch.attention_mask, batch.prompt_len)
+    pi = torch.log_softmax(logits, -1).gather(-1, batch.responses[..., None]).squeeze(-1).exp()
+    diff = (pi - batch.mu_log_probs.exp())[batch.response_mask]
+    assert len(rewards) == 16 and diff.numel() > len(rewards)
+    assert measured["mismatch/abs_diff_mean"] == pytest.approx(diff.abs().mean().item(), rel=1e-5)
+    assert measured["mismatch/diff_min"] == pytest.approx(diff.min().item(), rel=1e-5)
+    assert measured["mismatch/diff_max"] == pytest.approx(diff.max().item(), rel=1e-5)
 
 
 def test_same_seed_same_run_other_seed_other_run(inputs, tmp_path):

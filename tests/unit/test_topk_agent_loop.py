@@ -24,6 +24,7 @@ from verl.workers.rollout.replica import TokenOutput
 from dppo_bench.divergence import LOG_FLOOR
 from dppo_bench.verl_plugin.topk.agent_loop import align_to_response
 from dppo_bench.verl_plugin.topk.fields import RAW_KEY, TOPK_IDS, TOPK_LOGPROBS
+from dppo_bench.verl_plugin.topk.hooks import original_of
 
 K = 3
 PROMPT = [5, 6, 7]
@@ -175,4 +176,4 @@ def test_padding_samples_get_rows_for_their_one_token_response():
 def test_the_patches_are_in_place():
     for fn in (SingleTurnAgentLoop.run, AgentLoopOutput.as_dict, padding_utils.construct_minimal_padding_template):
         assert hasattr(fn, "__dppo_bench_patched__"), fn
-    assert isinstance(SingleTurnAgentLoop.run.__dppo_bench_patched__, types.FunctionType)
+    assert isinstance(original_of(SingleTurnAgentLoop.run), types.FunctionType)

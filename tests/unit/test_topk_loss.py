@@ -8,8 +8,9 @@ from verl.workers import engine_workers
 from verl.workers.config import ActorConfig
 from verl.workers.utils import losses as verl_losses
 
-import dppo_bench.verl_plugin  # noqa: F401  (registers the modes, installs the patches)
+import dppo_bench.verl_plugin.entry  # noqa: F401  (registers the modes, installs the patches)
 from dppo_bench.verl_plugin.topk.fields import DIVERGENCE_KEYS
+from dppo_bench.verl_plugin.topk.hooks import original_of
 from dppo_bench.verl_plugin.topk.loss import current_topk_divergence
 
 PROMPT, RESPONSES = 3, [6, 4, 5, 2]
@@ -97,7 +98,7 @@ def test_topk_mode_masks_on_its_divergence_through_verls_ppo_loss(gen, kind, cap
 
 def test_other_modes_reach_verls_ppo_loss_unchanged(gen):
     data, model_output, *_ = inputs(gen)
-    original = verl_losses.ppo_loss.__dppo_bench_patched__
+    original = original_of(verl_losses.ppo_loss)
     ours, _ = verl_losses.ppo_loss(config("dppo_binary_tv"), model_output, data)
     theirs, _ = original(config("dppo_binary_tv"), model_output, data)
     torch.testing.assert_close(ours, theirs)

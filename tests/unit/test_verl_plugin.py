@@ -17,7 +17,7 @@ from verl.utils import tensordict_utils as tu
 from verl.workers.config import ActorConfig
 from verl.workers.utils.losses import ppo_loss
 
-import dppo_bench.verl_plugin  # noqa: F401  (registers the modes in this process)
+import dppo_bench.verl_plugin.entry  # noqa: F401  (registers the modes in this process)
 from dppo_bench.config import load_methods
 from dppo_bench.methods import Tokens, get_mask, mask_names
 from dppo_bench.verl_plugin.overrides import UNBOUNDED_IS_THRESHOLD, method_overrides
@@ -243,7 +243,7 @@ def test_external_modules_fallback_registers_without_entry_points():
     cases = {name: (0.1, 0.1, 1e4, False)}
     off = run_fresh(cases, {"VERL_USE_EXTERNAL_PLUGINS": "none", "VERL_USE_EXTERNAL_MODULES": ""})
     assert name not in off["registered"]
-    on = run_fresh(cases, {"VERL_USE_EXTERNAL_PLUGINS": "none", "VERL_USE_EXTERNAL_MODULES": "dppo_bench.verl_plugin"})
+    on = run_fresh(cases, {"VERL_USE_EXTERNAL_PLUGINS": "none", "VERL_USE_EXTERNAL_MODULES": "dppo_bench.verl_plugin.entry"})
     assert name in on["registered"] and name in on
 
 

@@ -106,7 +106,7 @@ def test_sanity_setting_pins_the_papers_values():
     assert list(t.logger) == ["console", "file"]
     assert t.experiment_name == "sanity_r1d_1p5b__dppo_binary_tv__seed3"
     env = cfg.ray_kwargs.ray_init.runtime_env.env_vars
-    assert env.VERL_USE_EXTERNAL_MODULES == "dppo_bench.verl_plugin"
+    assert env.VERL_USE_EXTERNAL_MODULES == "dppo_bench.verl_plugin.entry"
     assert env.VERL_FILE_LOGGER_PATH == "/runs/r/verl_logs/attempt-001.jsonl"
 
 

@@ -157,7 +157,7 @@ def test_the_trainer_gets_the_log_file_wandb_mode_and_the_plugin(tmp_path, run_i
     log = seen["env"]["VERL_FILE_LOGGER_PATH"]
     assert log.endswith("verl_logs/attempt-001.jsonl") and Path(log).exists()
     assert seen["env"]["WANDB_MODE"] == "offline"
-    assert seen["env"]["VERL_USE_EXTERNAL_MODULES"] == "other.module,dppo_bench.verl_plugin"
+    assert seen["env"]["VERL_USE_EXTERNAL_MODULES"] == "other.module,dppo_bench.verl_plugin.entry"
     assert seen["argv"][: len(FAKE_COMMAND)] == list(FAKE_COMMAND) and (seen["nodes"], seen["gpus"]) == (1, 8)
     assert 'trainer.logger=["console","file","wandb"]' in seen["argv"]
     assert "+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_MODE=offline" in seen["argv"]

@@ -16,6 +16,7 @@ from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 
 from dppo_bench.config import find_method, find_setting
+from dppo_bench import canonical
 from dppo_bench.verl_plugin import mismatch
 from dppo_bench.verl_plugin.compose import compose_ppo_config
 from dppo_bench.verl_plugin.run_config import RunPaths, run_overrides
@@ -96,7 +97,7 @@ def tq(monkeypatch):
 def configs():
     """verl's composed config of a bypass-mode and a decoupled-mode run (mismatch every 2 steps)."""
     setting = find_setting("sanity_r1d_1p5b")
-    setting = setting.model_copy(update={"verl": setting.verl.model_copy(update={"mismatch_every": 2})})
+    setting = setting.model_copy(update={"train": setting.train.model_copy(update={"mismatch_every": 2})})
     paths = RunPaths(Path("/run"), Path("/d/t.parquet"), (Path("/d/v.parquet"),), Path("/run/log.jsonl"))
     return {
         mode: compose_ppo_config(run_overrides(find_method(method), setting, 0, paths))
@@ -108,7 +109,7 @@ def configs():
 def trainer_base():
     import verl.trainer.ppo.v1.trainer_base as module
 
-    import dppo_bench.verl_plugin  # noqa: F401 - installs the patches, as `import verl` does in every process
+    import dppo_bench.verl_plugin.entry  # noqa: F401 - installs the patches, as `import verl` does in every process
 
     return module
 
@@ -133,7 +134,7 @@ def expected():
         "dppo_bench/mismatch/diff_min": diff.min().item(),
         "dppo_bench/mismatch/diff_max": diff.max().item(),
         "dppo_bench/mismatch/tokens": 6,
-        "dppo_bench/entropy_mean": entropy.mean().item(),
+        "dppo_bench/train/entropy_mean": entropy.mean().item(),
     }
 
 
@@ -194,14 +195,20 @@ def test_mismatch_every_comes_from_rollout_custom(configs):
 def test_mismatch_stats_closed_form_and_empty_mask():
     pi = torch.tensor([[math.log(0.8), math.log(0.5)], [math.log(0.01), 0.0]])
     mu = torch.tensor([[math.log(0.99), math.log(0.5)], [math.log(0.0001), 0.0]])
+    entropy = torch.tensor([[0.5, 1.0], [1.5, 9.0]])
     mask = torch.tensor([[1, 1], [1, 0]])
-    stats = mismatch.mismatch_stats(pi, mu, mask)
+    stats = mismatch.measured(pi, mu, entropy, mask)
     assert stats["dppo_bench/mismatch/abs_diff_mean"] == pytest.approx((0.19 + 0.0 + 0.0099) / 3)
     assert stats["dppo_bench/mismatch/abs_diff_max"] == pytest.approx(0.19)
     assert stats["dppo_bench/mismatch/diff_min"] == pytest.approx(-0.19)
     assert stats["dppo_bench/mismatch/diff_max"] == pytest.approx(0.0099)
-    empty = mismatch.mismatch_stats(pi, mu, torch.zeros_like(mask))
+    assert stats["dppo_bench/train/entropy_mean"] == pytest.approx(1.0) and stats["dppo_bench/mismatch/tokens"] == 3
+    empty = mismatch.measured(pi, mu, entropy, torch.zeros_like(mask))
     assert math.isnan(empty["dppo_bench/mismatch/abs_diff_mean"]) and empty["dppo_bench/mismatch/tokens"] == 0
+    assert {canonical.VERL_KEYS[k] for k in stats if k in canonical.VERL_KEYS} == {
+        *canonical.MISMATCH_STATS,
+        canonical.ENTROPY_MEAN,
+    }
 
 
 def test_a_changed_trainer_signature_fails_loudly():
@@ -216,11 +223,12 @@ def test_a_changed_trainer_signature_fails_loudly():
 def test_install_refuses_another_verl(monkeypatch):
     import verl
 
-    from dppo_bench.verl_plugin.topk.install import VerlVersionError
+    from dppo_bench.verl_plugin.patches import PATCHES, VerlVersionError, install
 
+    assert PATCHES[mismatch.TRAINER_MODULE] is mismatch.patch_trainer
     monkeypatch.setattr(verl, "__version__", "0.9.2")
     with pytest.raises(VerlVersionError, match="installed verl is 0.9.2"):
-        mismatch.install()
+        install()
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ def test_the_map_covers_every_canonical_name_verl_can_produce():
     produced = set(canonical.VERL_KEYS.values())
     for name in (canonical.REWARD_MEAN, canonical.RESPONSE_LENGTH_MEAN, canonical.ENTROPY_MEAN, canonical.STEP_SECONDS):
         assert name in produced
-    assert set(canonical.MISMATCH.values()) <= produced
+    assert set(canonical.MISMATCH_STATS) <= produced
     assert set(canonical.SURROGATE_STATS.values()) <= produced
     assert canonical.VERL_KEYS["critic/score/mean"] == "train/reward_mean"
     assert canonical.VERL_KEYS["actor/mask_frac_neg"] == "tr/mask_frac_neg"

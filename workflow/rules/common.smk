@@ -111,6 +111,31 @@ def prepared(dataset, suffix):
     return f"results/data/verl/{dataset}.{suffix}"
 
 
+def generated(path):
+    """A path the pipeline itself writes (under results/), so that a rule reading it depends on its producer."""
+    return [path] if path.startswith("results/") else []
+
+
+def dataset_source(w):
+    """The local file a dataset is prepared from, when the pipeline generates it (the tiny task's splits)."""
+    from dppo_bench.eval.spec import load_any
+
+    spec = load_any(w.dataset)
+    local = spec.sources.local
+    return generated(local.path) if local is not None and spec.default_source() == "local" else []
+
+
+def verl_model(w):
+    """The model a verl setting trains, when the pipeline builds it (tiny_verl trains a tiny base model)."""
+    return generated(SETTINGS[w.setting].verl.model.path)
+
+
+def verl_threads(w):
+    """verl on the CPU (verl.device: cpu) takes the machine: its Ray processes share every core. On GPUs the
+    job's CPUs come from the profile."""
+    return workflow.cores if SETTINGS[w.setting].verl.device == "cpu" else 1
+
+
 def verl_train_data(w):
     return prepared(SETTINGS[w.setting].verl.train_data, "parquet")
 

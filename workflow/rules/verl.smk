@@ -3,6 +3,8 @@
 
 
 rule prepare_data:
+    input:
+        dataset_source,
     output:
         parquet="results/data/verl/{dataset}.parquet",
         problems="results/data/verl/{dataset}.problems.jsonl",
@@ -28,6 +30,7 @@ rule train_verl:
         method=method_file,
         train=verl_train_data,
         val=verl_val_data,
+        model=verl_model,
     output:
         protected("results/runs/{setting}/{method}/seed{seed}/train.completed"),
     log:
@@ -36,6 +39,7 @@ rule train_verl:
         run_dir=run_dir,
     wildcard_constraints:
         setting=VERL_SETTINGS,
+    threads: verl_threads
     resources:
         nodes=verl_nodes,
         gpu=verl_gpus,

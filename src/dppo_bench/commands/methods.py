@@ -39,7 +39,7 @@ def check_verl(args: argparse.Namespace) -> int:
     import verl  # noqa: F401  (loads the verl.plugins entry point)
 
     from dppo_bench.methods import mask_names
-    from dppo_bench.verl_plugin import ensure_registered
+    from dppo_bench.verl_plugin.entry import ensure_registered
 
     ensure_registered()
     print(f"verl {verl.__version__}: {len(mask_names())} dppo-bench loss modes registered: {', '.join(mask_names())}")

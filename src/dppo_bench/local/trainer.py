@@ -1,8 +1,10 @@
 """The local RL trainer: rollout engine -> verifier rewards -> GRPO advantages -> mini-batch updates.
 
 Every method runs through the shared surrogate (:func:`dppo_bench.methods.surrogate_loss`). The
-rollout anchor uses mu from the engine and makes no extra pass; the recompute anchor runs one
-no-grad trainer forward for pi_old, as verl's decoupled mode does.
+rollout anchor uses mu from the engine; the recompute anchor runs one no-grad trainer forward over the
+whole batch for pi_old, as verl's decoupled mode does. The same pass, made every ``train.mismatch_every``
+steps for the rollout anchor too (as our patch of verl's bypass mode does), measures the mismatch at
+equal parameters and the policy's entropy over the whole batch (:mod:`dppo_bench.mismatch`).
 
 Determinism: all randomness of step ``s`` comes from a generator seeded by (seed, s), so a run
 resumed from a checkpoint replays exactly the steps an uninterrupted run would have taken.
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -22,13 +24,14 @@ from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
 from dppo_bench import canonical
 from dppo_bench.config import MethodRecipe, Setting
-from dppo_bench.divergence import topk_divergence
 from dppo_bench.eval.grading import grade
 from dppo_bench.local.batching import decode_responses, prompt_ids
-from dppo_bench.local.model import load_model, response_logits, save_model
+from dppo_bench.local.model import load_model, save_model
 from dppo_bench.local.rollout import RolloutBatch, RolloutEngine
 from dppo_bench.local.task import read_jsonl
-from dppo_bench.methods import get_mask, surrogate_loss
+from dppo_bench.local.update import Batch, Loss, policy_log_probs, update
+from dppo_bench.methods import get_mask
+from dppo_bench.mismatch import entropy_mean, mismatch_stats
 from dppo_bench.rundir import RunDir
 
 MIN_STATS = {"pi_mu_diff_min"}
@@ -66,12 +69,11 @@ class LocalTrainer:
         self.run, self.dir, self.progress, self.log_rows = run, run_dir, progress, log_rows
         s, r = run.setting, run.recipe
         self.train, self.local = s.train, s.local
-        self.rule = get_mask(r.mask)
-        hp = r.profile(s.hyperparameter_profile)
-        self.low, self.high = self.rule.low_high(hp.values())
-        self.is_cap = hp.is_cap
+        rule, hp = get_mask(r.mask), r.profile(s.hyperparameter_profile)
+        low, high = rule.low_high(hp.values())
+        batch_info = {"loss_scale_factor": s.train.max_response_length} if s.loss_agg_mode.endswith("norm") else {}
+        self.loss = Loss(rule, low, high, hp.is_cap, s.loss_agg_mode, batch_info)
         self.recompute = r.anchor == "recompute"
-        self.batch_info = {"loss_scale_factor": s.train.max_response_length} if s.loss_agg_mode.endswith("norm") else {}
         self.problems = read_jsonl(run.train_problems)
         torch.set_num_threads(self.local.threads)
 
@@ -134,14 +136,8 @@ class LocalTrainer:
         adv, _ = compute_grpo_outcome_advantage(token_rewards, mask.float(), groups, norm_adv_by_std_in_grpo=False)
         return adv
 
-    def _log_probs(self, ids: torch.Tensor, attn: torch.Tensor, prompt_len: int, targets: torch.Tensor):
-        logits = response_logits(self.policy, ids, attn, prompt_len) / self.train.temperature
-        logp = torch.log_softmax(logits, dim=-1)
-        return logp.gather(-1, targets[..., None]).squeeze(-1), logp
-
-    def step(self, step: int) -> dict:
-        t0 = time.perf_counter()
-        g = generator(self.run.seed, step)
+    def _rollout(self, step: int, g: torch.Generator) -> tuple[RolloutBatch, torch.Tensor]:
+        """The step's rollout batch from the engine at the current parameters, and each sample's reward."""
         problems = self._prompts(step)
         G = self.train.responses_per_prompt
         prompts = [prompt_ids(self.tokenizer, p["problem"]) for p in problems for _ in range(G)]
@@ -154,62 +150,69 @@ class LocalTrainer:
             temperature=self.train.temperature,
             generator=g,
         )
-        rewards = self._rewards(roll, problems)
-        mask = roll.response_mask
-        adv = self._advantages(rewards, mask)
-        ids = torch.cat([roll.prompt_ids, roll.response_ids], dim=1)
-        attn = torch.cat([roll.prompt_mask, mask], dim=1)
-        L = roll.prompt_ids.shape[1]
-        t_roll = time.perf_counter()
+        return roll, self._rewards(roll, problems)
 
-        log_old = None
+    def _batch(self, roll: RolloutBatch, advantages: torch.Tensor) -> Batch:
+        return Batch(
+            input_ids=torch.cat([roll.prompt_ids, roll.response_ids], dim=1),
+            attention_mask=torch.cat([roll.prompt_mask, roll.response_mask], dim=1),
+            prompt_len=roll.prompt_ids.shape[1],
+            responses=roll.response_ids,
+            response_mask=roll.response_mask,
+            mu_log_probs=roll.mu_logprobs,
+            anchor_log_probs=roll.mu_logprobs,
+            advantages=advantages,
+            topk_ids=roll.mu_topk_ids if self.loss.rule.topk_kind else None,
+            topk_log_probs=roll.mu_topk_logprobs if self.loss.rule.topk_kind else None,
+        )
+
+    def _at_rollout_parameters(self, step: int, batch: Batch) -> tuple[Batch, dict]:
+        """One no-grad pass over the whole batch at theta', before any update, when the step needs it: pi_old for
+        the recompute anchor, and the mismatch and entropy every ``mismatch_every`` steps."""
+        every = self.train.mismatch_every
+        measure = bool(every) and step % every == 0
+        if not (self.recompute or measure):
+            return batch, {}
+        with torch.no_grad():
+            log_pi, log_softmax = policy_log_probs(self.policy, batch, self.train.temperature)
         if self.recompute:
-            with torch.no_grad():
-                log_old, _ = self._log_probs(ids, attn, L, roll.response_ids)
-        t_recompute = time.perf_counter()
+            batch = replace(batch, anchor_log_probs=log_pi)
+        if not measure:
+            return batch, {}
+        entropy = -(log_softmax.exp() * log_softmax).sum(-1)
+        mask = batch.response_mask
+        return batch, {**mismatch_stats(log_pi, batch.mu_log_probs, mask), **entropy_mean(entropy, mask)}
 
-        stats, mismatch, entropy, losses, norms = [], {}, [], [], []
-        for i, idx in enumerate(torch.randperm(len(prompts), generator=g).chunk(self.train.mini_batches)):
-            log_pi, logp = self._log_probs(ids[idx], attn[idx], L, roll.response_ids[idx])
-            mu = roll.mu_logprobs[idx]
-            topk = None
-            if self.rule.topk_kind:
-                pi_at_ids = logp.detach().gather(-1, roll.mu_topk_ids[idx])
-                topk = topk_divergence(roll.mu_topk_logprobs[idx], pi_at_ids, self.rule.topk_kind)
-            loss, st = surrogate_loss(
-                self.rule,
-                log_prob=log_pi,
-                mu_log_prob=mu,
-                anchor_log_prob=log_old[idx] if self.recompute else mu,
-                advantages=adv[idx],
-                response_mask=mask[idx],
-                low=self.low,
-                high=self.high,
-                is_cap=self.is_cap,
-                loss_agg_mode=self.run.setting.loss_agg_mode,
-                topk_divergence=topk,
-                batch_info=self.batch_info,
-            )
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"step {step}: the loss is {loss.item()} (mini-batch {i})")
-            self.opt.zero_grad(set_to_none=True)
-            loss.backward()
-            norms.append(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.train.grad_clip).item())
-            self.opt.step()
-            losses.append(loss.item())
+    def step(self, step: int) -> dict:
+        t0 = time.perf_counter()
+        g = generator(self.run.seed, step)
+        roll, rewards = self._rollout(step, g)
+        batch = self._batch(roll, self._advantages(rewards, roll.response_mask))
+        t_roll = time.perf_counter()
+        batch, measured = self._at_rollout_parameters(step, batch)
+        t_recompute = time.perf_counter()
+        stats, losses, norms = [], [], []
+        for i, index in enumerate(torch.randperm(len(rewards), generator=g).chunk(self.train.mini_batches)):
+            try:
+                loss, norm, st = update(
+                    self.policy,
+                    self.opt,
+                    batch.select(index),
+                    self.loss,
+                    temperature=self.train.temperature,
+                    grad_clip=self.train.grad_clip,
+                )
+            except FloatingPointError as e:
+                raise FloatingPointError(f"step {step}, mini-batch {i}: {e}") from None
+            losses.append(loss)
+            norms.append(norm)
             stats.append(st)
-            if i == 0:  # no update yet: pi is at the rollout's parameters theta'
-                mismatch = {canonical.MISMATCH[k]: st[k] for k in canonical.MISMATCH}
-            with torch.no_grad():
-                ent = -(logp.exp() * logp).sum(-1)
-                entropy.append((ent[mask[idx]].sum().item(), int(mask[idx].sum())))
         t_end = time.perf_counter()
         return {
             "step": step,
             canonical.REWARD_MEAN: rewards.mean().item(),
-            canonical.RESPONSE_LENGTH_MEAN: mask.sum(-1).float().mean().item(),
-            canonical.ENTROPY_MEAN: sum(e for e, _ in entropy) / max(1, sum(n for _, n in entropy)),
-            **mismatch,
+            canonical.RESPONSE_LENGTH_MEAN: roll.response_mask.sum(-1).float().mean().item(),
+            **measured,
             **{canonical.SURROGATE_STATS[k]: _reduce(k, [s[k] for s in stats]) for k in stats[0]},
             "train/loss": sum(losses) / len(losses),
             "train/grad_norm": sum(norms) / len(norms),

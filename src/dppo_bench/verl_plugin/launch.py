@@ -34,13 +34,12 @@ from dppo_bench import canonical
 from dppo_bench.commands.train import file_sha256, start_record
 from dppo_bench.config import ConfigError, MethodRecipe, Setting
 from dppo_bench.rundir import RunDir
+from dppo_bench.verl_plugin.patches import PINNED_VERL
 from dppo_bench.verl_plugin.records import MetricMap, apply_attempt
-from dppo_bench.verl_plugin.run_config import RunPaths, run_overrides
+from dppo_bench.verl_plugin.run_config import PLUGIN_MODULE, RunPaths, run_overrides
 from dppo_bench.verl_plugin.slurm import ClusterError, RayOnSlurm, SlurmJob, driver_command, plan_cluster
 
-PINNED_VERL = "0.9.1"
 MAIN_PPO = (sys.executable, "-m", "verl.trainer.main_ppo")
-PLUGIN = "dppo_bench.verl_plugin"
 TRACKER = "latest_checkpointed_iteration.txt"  # verl.utils.checkpoint.checkpoint_manager's tracker file
 
 
@@ -101,8 +100,10 @@ def model_record(setting: Setting) -> tuple[dict, Path | None]:
     hub cache) and its directory given to verl, which has no revision key of its own."""
     model = setting.verl.model
     record = {"path": model.path, "revision": model.revision}
-    if Path(model.path).is_dir():
-        return {**record, "local": True}, None
+    local = Path(model.path)
+    if local.is_dir():  # e.g. a model the pipeline built; absolute, since Ray workers run in other directories
+        weights = sorted(local.glob("*.safetensors"))
+        return {**record, "local": True, "sha256": {w.name: file_sha256(w) for w in weights}}, local.resolve()
     if model.revision is None:
         return {**record, "resolved_revision": cached_revision(model.path)}, None
     from huggingface_hub import snapshot_download
@@ -317,7 +318,7 @@ def launch(run: VerlRun, *, trainer: Callable[..., tuple[int, dict]] = run_train
 
 def _with_plugin(modules: str) -> str:
     names = [m for m in modules.split(",") if m]
-    return ",".join(names if PLUGIN in names else [*names, PLUGIN])
+    return ",".join(names if PLUGIN_MODULE in names else [*names, PLUGIN_MODULE])
 
 
 def _why(returncode: int | None, last: int, steps: int) -> str:

@@ -66,7 +66,7 @@ def _anchors(
 
 def _topk_divergence(rule: MaskRule, log_prob: torch.Tensor) -> torch.Tensor:
     """The per-token top-K divergence the trainer's forward computed for this ``ppo_loss`` call."""
-    from dppo_bench.verl_plugin.topk.install import installation_error
+    from dppo_bench.verl_plugin.patches import installation_error
     from dppo_bench.verl_plugin.topk.loss import current_topk_divergence
 
     if installation_error() is not None:

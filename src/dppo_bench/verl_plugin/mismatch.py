@@ -17,43 +17,30 @@ Logged (``dppo_bench/...``; :data:`dppo_bench.canonical.VERL_KEYS` maps them): m
 signed min and max of pi - mu over all response tokens of the batch, and the token-mean entropy of pi(theta').
 Sync mode only: in verl's async modes a rollout can span several parameter versions.
 
-Installed like the Top-K patches (:mod:`dppo_bench.verl_plugin.topk.hooks`): on ``import verl`` in every
-process, applied when the trainer module is imported, once, and only on the pinned verl.
+Installed with the other patches (:mod:`dppo_bench.verl_plugin.patches`): on ``import verl`` in every process,
+applied when the trainer module is imported, once, and only on the pinned verl.
 """
 
 from __future__ import annotations
 
-import math
-
-import torch
-
 from dppo_bench.canonical import VERL_PATCH_PREFIX
+from dppo_bench.mismatch import entropy_mean, mismatch_stats
 from dppo_bench.verl_plugin.run_config import MISMATCH_EVERY_KEY
 from dppo_bench.verl_plugin.topk.hooks import wrap
 
 TRAINER_MODULE = "verl.trainer.ppo.v1.trainer_base"
-STATS = ("abs_diff_mean", "abs_diff_max", "diff_min", "diff_max")
-KEYS = {name: f"{VERL_PATCH_PREFIX}mismatch/{name}" for name in STATS}
-ENTROPY_KEY = f"{VERL_PATCH_PREFIX}entropy_mean"
 TOKENS_KEY = f"{VERL_PATCH_PREFIX}mismatch/tokens"
 
 
-@torch.no_grad()
-def mismatch_stats(pi_log_probs: torch.Tensor, mu_log_probs: torch.Tensor, response_mask: torch.Tensor) -> dict:
-    """|pi - mu| (mean, max) and pi - mu (min, max) in probability over the response tokens (padded tensors)."""
-    mask = response_mask.bool()
-    if not mask.any():
-        return {**{KEYS[name]: math.nan for name in STATS}, TOKENS_KEY: 0}
-    diff = pi_log_probs.float()[mask].exp() - mu_log_probs.float()[mask].exp()
-    absolute = diff.abs()
-    values = torch.stack([absolute.mean(), absolute.max(), diff.min(), diff.max()]).tolist()
-    return {**{KEYS[name]: v for name, v in zip(STATS, values, strict=True)}, TOKENS_KEY: int(mask.sum())}
+def logged(stats: dict) -> dict:
+    """Our statistics under the prefix of the keys our patch logs (dppo_bench.canonical.VERL_KEYS maps them back)."""
+    return {f"{VERL_PATCH_PREFIX}{name}": value for name, value in stats.items()}
 
 
-@torch.no_grad()
-def entropy_mean(entropy: torch.Tensor, response_mask: torch.Tensor) -> dict:
-    mask = response_mask.bool()
-    return {ENTROPY_KEY: entropy.float()[mask].mean().item() if mask.any() else math.nan}
+def measured(pi_log_probs, mu_log_probs, entropy, response_mask) -> dict:
+    return logged(
+        {**mismatch_stats(pi_log_probs, mu_log_probs, response_mask), **entropy_mean(entropy, response_mask)}
+    ) | {TOKENS_KEY: int(response_mask.bool().sum())}
 
 
 def mismatch_every(config) -> int:
@@ -97,10 +84,7 @@ def measure_bypass(trainer, batch) -> dict:
     # the batch now holds what decoupled mode leaves after its pass, except that old_log_probs are still mu
     tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=data.select("entropy"))
     padded = data.to_padded_tensor()
-    return {
-        **mismatch_stats(padded["pi_log_probs"], padded["rollout_log_probs"], padded["response_mask"]),
-        **entropy_mean(padded["entropy"], padded["response_mask"]),
-    }
+    return measured(padded["pi_log_probs"], padded["rollout_log_probs"], padded["entropy"], padded["response_mask"])
 
 
 def measure_recomputed(batch) -> dict:
@@ -112,10 +96,7 @@ def measure_recomputed(batch) -> dict:
         partition_id=batch.partition_id,
         select_fields=["old_log_probs", "entropy", "response_mask", "rollout_log_probs"],
     ).to_padded_tensor()
-    return {
-        **mismatch_stats(data["old_log_probs"], data["rollout_log_probs"], data["response_mask"]),
-        **entropy_mean(data["entropy"], data["response_mask"]),
-    }
+    return measured(data["old_log_probs"], data["rollout_log_probs"], data["entropy"], data["response_mask"])
 
 
 def _with_mismatch(original):
@@ -132,14 +113,3 @@ def _with_mismatch(original):
 def patch_trainer(module) -> None:
     """Wrap ``PPOTrainer._compute_old_log_prob`` of verl 0.9.1's v1 trainer (idempotent)."""
     wrap(module.PPOTrainer, "_compute_old_log_prob", ("self", "batch", "metrics"), _with_mismatch)
-
-
-def install() -> None:
-    """Register the patch for the trainer module, on the pinned verl only (raises VerlVersionError otherwise)."""
-    import verl
-
-    from dppo_bench.verl_plugin.topk.hooks import when_imported
-    from dppo_bench.verl_plugin.topk.install import check_verl_version
-
-    check_verl_version(verl.__version__)
-    when_imported(TRAINER_MODULE, patch_trainer)

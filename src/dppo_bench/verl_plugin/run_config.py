@@ -7,6 +7,7 @@ with verl's own Hydra config and dataclasses on CPU, so a bad key fails here and
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,13 @@ ENV = "+ray_kwargs.ray_init.runtime_env.env_vars"
 REWARD_FUNCTION = Path(__file__).resolve().parents[1] / "eval" / "verl_reward.py"
 PROJECT = "dppo-bench"
 MISMATCH_EVERY_KEY = "dppo_bench_mismatch_every"  # in rollout.custom, verl's free extension dict
+PLUGIN_MODULE = "dppo_bench.verl_plugin.entry"  # the plugin's entry point (pyproject.toml), for Ray workers
+CPU_SWITCH = "DPPO_BENCH_VERL_DEVICE"  # =cpu: the plugin makes verl run on the CPU (dppo_bench.verl_plugin.cpu)
+
+
+def cpu_requested() -> bool:
+    """Whether this process runs verl on the CPU (the switch in its environment: see :func:`device_env`)."""
+    return os.environ.get(CPU_SWITCH, "").strip().lower() == "cpu"
 
 
 @dataclass(frozen=True)
@@ -119,7 +127,7 @@ def run_overrides(
         f"{ROLLOUT}.gpu_memory_utilization={v.rollout_gpu_memory_utilization}",
         f"{ROLLOUT}.log_prob_use_dynamic_bsz=True",
         f"{ROLLOUT}.log_prob_max_token_len_per_gpu={v.max_token_len_per_gpu}",
-        f"++{ROLLOUT}.custom.{MISMATCH_EVERY_KEY}={v.mismatch_every}",
+        f"++{ROLLOUT}.custom.{MISMATCH_EVERY_KEY}={t.mismatch_every}",
         # online validation: the paper's protocol (App. E), n samples at the benchmarks' sampling
         f"{ROLLOUT}.val_kwargs.n={val['n']}",
         f"{ROLLOUT}.val_kwargs.temperature={val['temperature']}",
@@ -155,14 +163,50 @@ def run_overrides(
         f"trainer.nnodes={v.nodes}",
         f"trainer.n_gpus_per_node={v.gpus_per_node}",
         # every Ray worker imports verl and hence our plugin; the env var is the belt to those braces
-        f"{ENV}.VERL_USE_EXTERNAL_MODULES=dppo_bench.verl_plugin",
+        f"{ENV}.VERL_USE_EXTERNAL_MODULES={PLUGIN_MODULE}",
         f"{ENV}.VERL_FILE_LOGGER_PATH={paths.metrics_log}",
     ]
     if setting.loss_agg_mode.endswith("-norm"):  # a constant normaliser, not each micro-batch's padded length
         overrides.append(f"{ACTOR}.loss_scale_factor={t.max_response_length}")
     if wandb:
         overrides += [f"{ENV}.WANDB_DIR={paths.run_dir}", f"{ENV}.WANDB_MODE={wandb_mode}"]
-    return overrides + engine_overrides(setting)
+    overrides += [f"{ENV}.{name}='{value}'" for name, value in device_env(setting).items()]  # Ray: strings only
+    return overrides + engine_overrides(setting) + cpu_overrides(setting)
+
+
+def device_env(setting: Setting) -> dict[str, str]:
+    """What every process of a run (verl's driver and each Ray worker) needs in its environment for the device."""
+    if setting.verl.device != "cpu":
+        return {}
+    return {
+        CPU_SWITCH: "cpu",
+        "VERL_ENGINE_DEVICE": "cuda",  # selects verl's FSDP engine class (registered for cuda/npu); it runs on CPU
+        "OMP_NUM_THREADS": "1",  # one thread per process: Ray runs more processes than there are cores
+        "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB: vLLM's CPU build sizes its KV cache from this, not from utilization
+    }
+
+
+def cpu_overrides(setting: Setting) -> list[str]:
+    """verl and vLLM on the host CPU (``verl.device: cpu``): the settings verl's GPU defaults do not allow there."""
+    if setting.verl.device != "cpu":
+        return []
+    return [
+        # FSDP2 (FSDP1 refuses CPU parameters with sync_module_states) on gloo, one process
+        f"{ACTOR}.strategy=fsdp2",
+        f"{ACTOR}.fsdp_config.strategy=fsdp2",
+        f"+{MODEL}.override_config.attn_implementation=sdpa",  # verl's default is flash-attention 2
+        # vLLM's CPU build: no sleep mode (nothing to offload to), no CUDA graphs
+        f"++{ROLLOUT}.enable_sleep_mode=False",
+        f"{ROLLOUT}.free_cache_engine=False",
+        f"{ROLLOUT}.enforce_eager=True",
+        # Ray with one logical GPU (the CPU platform's resource) and more logical CPUs than cores: TransferQueue's
+        # controller and its one storage unit hold one each and each placement bundle asks three, with
+        # OMP_NUM_THREADS=1 per process (verl's default of 8 storage units would hold 8 and starve the workers)
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+        "+ray_kwargs.ray_init.num_gpus=1",
+        "+ray_kwargs.ray_init.num_cpus=6",
+        "data.dataloader_num_workers=0",  # the data loader in the trainer's process, not 8 more processes
+    ]
 
 
 def engine_overrides(setting: Setting) -> list[str]:

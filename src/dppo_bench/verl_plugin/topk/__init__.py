@@ -9,5 +9,5 @@ One module per job:
 * :mod:`.reduce`: pi's log-probs at those ids from (vocabulary-sharded) logits, the divergences;
 * :mod:`.fsdp`, :mod:`.megatron`: the engines add the per-token divergences to their outputs;
 * :mod:`.loss`: ``ppo_loss`` passes the divergence to the registered Top-K loss modes;
-* :mod:`.hooks`, :mod:`.install`: patches applied on import, for the pinned verl only.
+* :mod:`.hooks`: patches applied on import (:mod:`dppo_bench.verl_plugin.patches`: for the pinned verl only).
 """

@@ -15,22 +15,33 @@ from collections.abc import Callable
 from types import ModuleType
 
 Patch = Callable[[ModuleType], None]
-MARK = "__dppo_bench_patched__"  # set on every wrapper; holds the function it wraps
+# Set (to True) on every wrapper. Never the wrapped function: Ray serialises patched methods of its actor classes
+# by value with every attribute, and verl's original, no longer importable by name, would be serialised with them.
+MARK = "__dppo_bench_patched__"
 
 
 class PatchError(RuntimeError):
     """A patch target does not look like the verl 0.9.1 code it was written against."""
 
 
+_ORIGINALS: dict[Callable, Callable] = {}  # wrapper -> the function it wraps (for tests and inspection)
+
+
 def is_patched(fn: object) -> bool:
     return hasattr(fn, MARK)
+
+
+def original_of(wrapper: Callable) -> Callable:
+    """The function ``wrapper`` replaced."""
+    return _ORIGINALS[wrapper]
 
 
 def mark_patched(wrapper, original):
     """Tag ``wrapper`` as ours (so a second application is a no-op) and let it read like ``original``."""
     for name in ("__module__", "__name__", "__qualname__", "__doc__"):
         setattr(wrapper, name, getattr(original, name, None))
-    setattr(wrapper, MARK, original)
+    setattr(wrapper, MARK, True)
+    _ORIGINALS[wrapper] = original
     return wrapper
 
 

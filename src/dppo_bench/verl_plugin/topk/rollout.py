@@ -21,6 +21,7 @@ verl still reads the sampled token's log-prob from the same per-position dicts, 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from types import ModuleType
@@ -33,7 +34,24 @@ from dppo_bench.divergence import kept_token_set
 from dppo_bench.verl_plugin.topk.fields import CUSTOM_KEY, RAW_KEY, VLLM_DEFAULT_MAX_LOGPROBS, rollout_topk_k
 from dppo_bench.verl_plugin.topk.hooks import wrap
 
+# Reached only through the two functions below, never named in a wrapper: a wrapper serialised by value (Ray
+# serialises actor classes) would take a ContextVar with it, and ContextVars cannot be pickled.
 _REQUEST_K: ContextVar[int | None] = ContextVar("dppo_bench_topk_request", default=None)
+
+
+def requested_k() -> int | None:
+    """K of the Top-K request this context serves (None: not a Top-K request)."""
+    return _REQUEST_K.get()
+
+
+@contextlib.contextmanager
+def requesting(k: int):
+    """Mark the requests made in this context as Top-K requests with this K."""
+    token = _REQUEST_K.set(k)
+    try:
+        yield
+    finally:
+        _REQUEST_K.reset(token)
 
 
 def _ranked(position: Mapping[int, Any]) -> list[tuple[int, Any]]:
@@ -102,18 +120,15 @@ def marking_requests(original):
         if k is None:
             return await original(self, prompt_ids, sampling_params, request_id, *args, **kwargs)
         check_request(k, self.config, sampling_params)
-        token = _REQUEST_K.set(k)
-        try:
+        with requesting(k):
             return await original(self, prompt_ids, sampling_params, request_id, *args, **kwargs)
-        finally:
-            _REQUEST_K.reset(token)
 
     return generate
 
 
 def asking_for_top_k(sampling_params_cls):
     def sampling_params(*args, **kwargs):
-        k = _REQUEST_K.get()
+        k = requested_k()
         if k is not None:
             kwargs["logprobs"] = k
         return sampling_params_cls(*args, **kwargs)
@@ -124,7 +139,7 @@ def asking_for_top_k(sampling_params_cls):
 def recording_kept_set(original):
     def extract_prompt_logprobs(output, num_prompt_logprobs, result_dict):
         original(output=output, num_prompt_logprobs=num_prompt_logprobs, result_dict=result_dict)
-        k = _REQUEST_K.get()
+        k = requested_k()
         if k is not None and output.outputs:
             completion = output.outputs[0]
             result_dict[RAW_KEY] = kept_set_from_completion(completion.token_ids, completion.logprobs, k)

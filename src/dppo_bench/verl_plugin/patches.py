@@ -1,14 +1,16 @@
-"""Apply the Top-K patches in this process, for the pinned verl only.
+"""Every patch of verl 0.9.1 the suite makes, applied in one process, for the pinned verl only.
 
-Called by the plugin on ``import verl``, so it runs in the driver, the TaskRunner and every
-Ray worker (vLLM servers, agent-loop workers, actor workers). Each patch waits for its module
-(:mod:`dppo_bench.verl_plugin.topk.hooks`); applying twice changes nothing. On any verl other
-than the pinned one nothing is patched and :class:`VerlVersionError` says why; the Top-K loss
-modes then refuse to run with the same message.
+Called by the plugin's entry point (:mod:`dppo_bench.verl_plugin.entry`) on ``import verl``, so it runs in the
+driver, the TaskRunner and every Ray worker (vLLM servers, agent-loop workers, actor workers). Each patch waits for
+its module (:mod:`dppo_bench.verl_plugin.topk.hooks`); applying twice changes nothing. On any verl other than the
+pinned one nothing is patched and :class:`VerlVersionError` says why; the Top-K loss modes then refuse to run with
+the same message. Importing this module patches nothing.
 """
 
 from __future__ import annotations
 
+from dppo_bench.verl_plugin import mismatch
+from dppo_bench.verl_plugin.run_config import cpu_requested
 from dppo_bench.verl_plugin.topk import agent_loop, fsdp, loss, megatron, rollout
 from dppo_bench.verl_plugin.topk.hooks import Patch, when_imported
 
@@ -16,6 +18,7 @@ PINNED_VERL = "0.9.1"
 
 # module -> the patch applied to it once it is imported
 PATCHES: dict[str, Patch] = {
+    # the Top-K plumbing (dppo_bench.verl_plugin.topk)
     "verl.workers.rollout.vllm_rollout.vllm_async_server": rollout.patch_vllm_server,
     "verl.experimental.agent_loop.agent_loop": agent_loop.patch_output,
     "verl.experimental.agent_loop.single_turn_agent_loop": agent_loop.patch_single_turn,
@@ -24,11 +27,13 @@ PATCHES: dict[str, Patch] = {
     "verl.workers.engine_workers": loss.patch_ppo_loss,
     "verl.workers.engine.fsdp.transformer_impl": fsdp.patch_engine,
     "verl.workers.engine.megatron.transformer_impl": megatron.patch_engine,
+    # |pi - mu| at equal parameters in bypass mode
+    mismatch.TRAINER_MODULE: mismatch.patch_trainer,
 }
 
 
 class VerlVersionError(RuntimeError):
-    """The installed verl is not the version the Top-K patches were written against."""
+    """The installed verl is not the version the patches were written against."""
 
 
 _status: VerlVersionError | None = None  # why the patches are not installed, once install() ran
@@ -37,13 +42,14 @@ _status: VerlVersionError | None = None  # why the patches are not installed, on
 def check_verl_version(version: str) -> None:
     if version != PINNED_VERL:
         raise VerlVersionError(
-            f"dppo-bench's Top-K patches target verl {PINNED_VERL} and the installed verl is {version}: "
-            f"nothing was patched, and dppo_topk_* loss modes cannot run; install verl=={PINNED_VERL}"
+            f"dppo-bench's patches target verl {PINNED_VERL} and the installed verl is {version}: nothing was "
+            f"patched, and dppo_topk_* loss modes cannot run; install verl=={PINNED_VERL}"
         )
 
 
 def install() -> None:
-    """Check the verl version, then register every patch (idempotent)."""
+    """Check the verl version, then register every patch (idempotent); with ``DPPO_BENCH_VERL_DEVICE=cpu``, also
+    verl's CPU support (:mod:`dppo_bench.verl_plugin.cpu`)."""
     global _status
     import verl
 
@@ -54,6 +60,10 @@ def install() -> None:
         raise
     for name, patch in PATCHES.items():
         when_imported(name, patch)
+    if cpu_requested():
+        from dppo_bench.verl_plugin import cpu
+
+        cpu.install()
     _status = None
 
 

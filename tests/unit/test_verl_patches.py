@@ -1,4 +1,4 @@
-"""The Top-K patches: applied on import in any process, once, and only on the pinned verl."""
+"""The plugin's patches of verl: applied on import in any process, once, and only on the pinned verl."""
 
 import sys
 import types
@@ -7,9 +7,10 @@ import pytest
 import verl
 from test_topk_support import result_of, run_python
 
-from dppo_bench.verl_plugin.topk import fsdp, hooks, install
+from dppo_bench.verl_plugin import patches
+from dppo_bench.verl_plugin.patches import PINNED_VERL, VerlVersionError, check_verl_version
+from dppo_bench.verl_plugin.topk import fsdp, hooks
 from dppo_bench.verl_plugin.topk.hooks import PatchError, require_parameters, when_imported
-from dppo_bench.verl_plugin.topk.install import PINNED_VERL, VerlVersionError, check_verl_version
 
 
 def test_the_pin_is_the_installed_verl():
@@ -27,12 +28,12 @@ def test_install_on_another_version_patches_nothing_and_says_why(monkeypatch):
     before = {name: list(patches) for name, patches in hooks._FINDER.patches.items()}
     monkeypatch.setattr(verl, "__version__", "0.9.2")
     with pytest.raises(VerlVersionError):
-        install.install()
-    assert "0.9.2" in str(install.installation_error())
+        patches.install()
+    assert "0.9.2" in str(patches.installation_error())
     assert hooks._FINDER.patches == before
     monkeypatch.setattr(verl, "__version__", "0.9.1")
-    install.install()  # twice on the pinned version: no duplicate registrations
-    assert install.installation_error() is None
+    patches.install()  # twice on the pinned version: no duplicate registrations
+    assert patches.installation_error() is None
     assert {name: list(patches) for name, patches in hooks._FINDER.patches.items()} == before
 
 
@@ -42,7 +43,6 @@ def test_patching_twice_wraps_once():
     patched = impl.FSDPEngineWithLMHead.prepare_model_outputs
     fsdp.patch_engine(impl)
     assert impl.FSDPEngineWithLMHead.prepare_model_outputs is patched
-    assert not hasattr(patched.__dppo_bench_patched__, "__dppo_bench_patched__")  # wraps verl's own function
 
 
 def test_a_changed_signature_fails_loudly():
@@ -99,7 +99,7 @@ import logging
 import verl
 verl.__version__ = "0.9.2"
 try:
-    import dppo_bench.verl_plugin
+    import dppo_bench.verl_plugin.entry
 except Exception as err:
     print("RAISED", type(err).__name__)
 from dppo_bench.methods import get_mask
@@ -122,4 +122,4 @@ def test_the_plugin_fails_loudly_on_another_verl():
     proc = run_python(WRONG_VERSION, VERL_USE_EXTERNAL_PLUGINS="none", VERL_USE_EXTERNAL_MODULES="")
     assert "RAISED VerlVersionError" in proc.stdout
     assert "installed verl is 0.9.2" in proc.stderr  # logged at error level: verl hides plugin import errors
-    assert "LOSS loss mode 'dppo_topk_tv': dppo-bench's Top-K patches target verl 0.9.1" in proc.stdout
+    assert "LOSS loss mode 'dppo_topk_tv': dppo-bench's patches target verl 0.9.1" in proc.stdout

@@ -1,0 +1,99 @@
+"""One optimizer update of the local trainer on one mini-batch: the shared surrogate, backward, clip, step.
+
+Kept apart from the trainer's loop so that a test can run it beside one update of verl's actor on the same batch
+and weights: the two must give the same loss and gradient norm (the local backend stands in for verl).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+from dppo_bench.divergence import topk_divergence
+from dppo_bench.local.model import response_logits
+from dppo_bench.methods import MaskRule, surrogate_loss
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Rollout samples as the update sees them; every per-token tensor is (samples, response_len)."""
+
+    input_ids: torch.Tensor  # (samples, prompt_len + response_len): prompts left-padded, responses right-padded
+    attention_mask: torch.Tensor
+    prompt_len: int
+    responses: torch.Tensor
+    response_mask: torch.Tensor  # bool
+    mu_log_probs: torch.Tensor  # the rollout engine's log-prob of each sampled token
+    anchor_log_probs: torch.Tensor  # what the mask compares pi with: mu (rollout anchor) or pi_old (recompute)
+    advantages: torch.Tensor
+    topk_ids: torch.Tensor | None = None  # mu's kept set (samples, response_len, K), for the Top-K rules
+    topk_log_probs: torch.Tensor | None = None
+
+    def select(self, index: torch.Tensor) -> Batch:
+        """The samples at ``index`` (a mini-batch)."""
+        return Batch(
+            **{
+                f.name: value if f.name == "prompt_len" or value is None else value[index]
+                for f in fields(self)
+                for value in [getattr(self, f.name)]
+            }
+        )
+
+
+@dataclass(frozen=True)
+class Loss:
+    """The method's loss as the recipe and setting give it."""
+
+    rule: MaskRule
+    low: float
+    high: float
+    is_cap: float | None
+    loss_agg_mode: str
+    batch_info: dict  # verl's global_batch_info that agg_loss reads (loss_scale_factor for the *-norm modes)
+
+
+def policy_log_probs(policy: torch.nn.Module, batch: Batch, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """log pi of each sampled token, and the full log-softmax over the vocabulary (samples, response_len, V)."""
+    logits = response_logits(policy, batch.input_ids, batch.attention_mask, batch.prompt_len) / temperature
+    log_softmax = torch.log_softmax(logits, dim=-1)
+    return log_softmax.gather(-1, batch.responses[..., None]).squeeze(-1), log_softmax
+
+
+def update(
+    policy: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: Batch,
+    loss_spec: Loss,
+    *,
+    temperature: float,
+    grad_clip: float,
+) -> tuple[float, float, dict[str, float]]:
+    """One update on ``batch``: (loss, gradient norm before clipping, the surrogate's statistics). A non-finite
+    loss raises FloatingPointError before the weights are touched."""
+    log_pi, log_softmax = policy_log_probs(policy, batch, temperature)
+    topk = None
+    if loss_spec.rule.topk_kind:
+        pi_at_ids = log_softmax.detach().gather(-1, batch.topk_ids)
+        topk = topk_divergence(batch.topk_log_probs, pi_at_ids, loss_spec.rule.topk_kind)
+    loss, stats = surrogate_loss(
+        loss_spec.rule,
+        log_prob=log_pi,
+        mu_log_prob=batch.mu_log_probs,
+        anchor_log_prob=batch.anchor_log_probs,
+        advantages=batch.advantages,
+        response_mask=batch.response_mask,
+        low=loss_spec.low,
+        high=loss_spec.high,
+        is_cap=loss_spec.is_cap,
+        loss_agg_mode=loss_spec.loss_agg_mode,
+        topk_divergence=topk,
+        batch_info=loss_spec.batch_info,
+    )
+    if not torch.isfinite(loss):
+        raise FloatingPointError(f"the loss is {loss.item()}")
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), grad_clip).item()
+    optimizer.step()
+    return loss.item(), grad_norm, stats
