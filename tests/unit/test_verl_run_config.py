@@ -37,7 +37,7 @@ FIRST_OF_SETTING = {setting: method for setting, method in reversed(PAIRS)}
 
 def test_every_verl_setting_is_in_some_experiment():
     verl = {s for s, v in SETTINGS.items() if v.backend == "verl"}
-    assert verl == {s for s, _ in PAIRS} and len(verl) == 7
+    assert verl == {s for s, _ in PAIRS} and len(verl) == 8
     assert len(PAIRS) >= 40
 
 
@@ -53,7 +53,8 @@ def test_the_pair_composes_into_a_valid_verl_config(setting, method):
     assert actor.policy_loss.loss_mode == recipe.mask
     assert typed["rollout_correction"].bypass_mode is (recipe.anchor == "rollout")
     assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size * s.train.mini_batches == s.train.prompts_per_step
-    assert actor.strategy == ("megatron" if s.verl.engine == "megatron" else "fsdp")
+    fsdp = "fsdp2" if s.verl.device == "cpu" else "fsdp"  # FSDP1 cannot run on CPU parameters
+    assert actor.strategy == ("megatron" if s.verl.engine == "megatron" else fsdp)
     assert rollout.calculate_log_probs is True and rollout.n == s.train.responses_per_prompt
 
 

@@ -1,5 +1,6 @@
 """The verl launcher against a fake main_ppo: provenance, crash and resume, every step exactly once."""
 
+import hashlib
 import json
 import math
 import os
@@ -320,4 +321,12 @@ def test_a_pinned_model_revision_trains_from_its_snapshot(tmp_path, run_inputs, 
     local = pinned.model_copy(
         update={"verl": pinned.verl.model_copy(update={"model": model.model_copy(update={"path": str(tmp_path)})})}
     )
-    assert L.model_record(local) == ({"path": str(tmp_path), "revision": "0123abc", "local": True}, None)
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    record, path = L.model_record(local)  # a local directory: recorded with its weights' sha256, given absolute
+    assert record == {
+        "path": str(tmp_path),
+        "revision": "0123abc",
+        "local": True,
+        "sha256": {"model.safetensors": hashlib.sha256(b"weights").hexdigest()},
+    }
+    assert path == tmp_path.resolve()

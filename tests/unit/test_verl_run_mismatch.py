@@ -226,9 +226,11 @@ def test_install_refuses_another_verl(monkeypatch):
     from dppo_bench.verl_plugin.patches import PATCHES, VerlVersionError, install
 
     assert PATCHES[mismatch.TRAINER_MODULE] is mismatch.patch_trainer
-    monkeypatch.setattr(verl, "__version__", "0.9.2")
-    with pytest.raises(VerlVersionError, match="installed verl is 0.9.2"):
-        install()
+    with monkeypatch.context() as m:
+        m.setattr(verl, "__version__", "0.9.2")
+        with pytest.raises(VerlVersionError, match="installed verl is 0.9.2"):
+            install()
+    install()  # the pinned verl again: the refusal is lifted for the tests that follow
 
 
 @pytest.mark.slow

@@ -13,13 +13,14 @@ rule prepare_data:
         "logs/prepare_data/{dataset}.log",
     params:
         out=subpath(output.parquet, parent=True),
+        source=lambda w, input: f"--source {input[0]}" if input else "",  # a generated file, from this directory
     wildcard_constraints:
         dataset="[a-z0-9_]+",
     localrule: True  # reads the Hugging Face hub: on the submit host, where clusters have internet
     conda:
         "../../environment.yml"
     shell:
-        "dppo-bench data prepare {wildcards.dataset} --out {params.out} > {log} 2>&1"
+        "dppo-bench data prepare {wildcards.dataset} {params.source} --out {params.out} > {log} 2>&1"
 
 
 # The marker is protected and written last: a crashed run leaves its checkpoints and records, and the rerun

