@@ -31,6 +31,8 @@ def main() -> None:
     p.add_argument("--base-model", type=Path, help="a pretrained base (default: a freshly initialised model)")
     args = p.parse_args()
     setting = find_setting(args.setting)
+    # no diagnostic mismatch pass: it would give the rollout anchor the very pass whose cost is measured here
+    setting = setting.model_copy(update={"train": setting.train.model_copy(update={"mismatch_every": 0})})
     local = setting.local
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -19,7 +19,7 @@ def expected_jobs(experiment_id: str) -> dict[str, int]:
     preparation per distinct dataset, the tables (and a figure with panels) and the target itself."""
     e = load_experiment(EXPERIMENTS_DIR / f"{experiment_id}.yaml")
     counts: dict[str, int] = {}
-    data, bases = set(), set()
+    data, bases, tiny_data = set(), set(), set()
     for setting_id, _, _ in e.run_keys(lambda s: find_setting(s).seeds):
         s = find_setting(setting_id)
         chain = ("train_verl", "evaluate_verl") if s.backend == "verl" else ("train_local", "evaluate")
@@ -27,14 +27,20 @@ def expected_jobs(experiment_id: str) -> dict[str, int]:
         counts[chain[1]] = counts.get(chain[1], 0) + len(s.eval.benchmarks)
         if s.backend == "verl":
             data |= {s.verl.train_data, *s.eval.benchmarks}
+            if s.verl.model.path.startswith("results/base/"):  # a tiny base model the pipeline pretrains
+                bases.add(s.verl.model.path.split("/")[2])
+                tiny_data.add("tiny_sanity")  # the tiny task's splits, which the tiny datasets are prepared from
         else:
             from dppo_bench.config import base_setting_id
 
             bases.add(base_setting_id(setting_id))
+            tiny_data.add(base_setting_id(setting_id))
     if data:
         counts["prepare_data"] = len(data)
     if bases:
-        counts["tiny_data"] = counts["tiny_pretrain"] = len(bases)
+        counts["tiny_pretrain"] = len(bases)
+    if tiny_data:
+        counts["tiny_data"] = len(tiny_data)
     counts["aggregate_table"] = 1
     if e.panels:
         counts["aggregate_figure"] = 1

@@ -1,9 +1,9 @@
 """The trainer-side top-K divergence through verl 0.9.1's own FSDP engine, on CPU.
 
 A fresh process builds ``FSDPEngineWithLMHead`` around a tiny random Qwen2 saved to a tmp dir
-(nothing downloaded) with the four CPU workarounds of ``cpu-install.md`` 3b: a model dir with
-sdpa attention, a registered CPU platform, ``VERL_ENGINE_DEVICE=cuda`` and fsdp2 on a gloo group
-of one. ``import verl`` loads the plugin, which patches the engine as it is imported. The
+(nothing downloaded) on the plugin's CPU support (the environment a CPU run's processes get: a CPU
+platform, ``VERL_ENGINE_DEVICE=cuda``), with sdpa attention and fsdp2 on a gloo group of one.
+``import verl`` loads the plugin, which patches the engine as it is imported. The
 divergences the engine returns (both the remove-padding and the padded forward) are compared
 with ``topk_divergence`` on the full softmax of an HF forward of the same model; then one
 training step runs a Top-K loss mode end to end.
@@ -12,52 +12,19 @@ training step runs a Top-K loss mode end to end.
 import pytest
 from test_topk_support import result_of, run_python
 
+from dppo_bench.config import find_setting
+from dppo_bench.verl_plugin.run_config import device_env
+
 ENGINE_CHECK = r"""
-import contextlib, json, os, sys, tempfile
-os.environ["VERL_ENGINE_DEVICE"] = "cuda"  # selects the FSDP engine class; it runs on the CPU
+import json, os, sys, tempfile
 os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
 os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
 from functools import partial
 
-import psutil
 import torch
 import torch.distributed as dist
-from verl.plugin.platform.platform_base import PlatformBase
-from verl.plugin.platform.platform_manager import PlatformRegistry, set_platform
+import verl  # the plugin: our loss modes and patches, and the CPU platform (the environment's switch)
 
-
-@PlatformRegistry.register(platform="cpu")
-class PlatformCPU(PlatformBase):  # verl 0.9.1 has no CPU platform (cpu-install.md 3b)
-    device_name = property(lambda self: "cpu")
-    vendor_name = property(lambda self: "cpu")
-    device_module = property(lambda self: torch.cpu)
-    def is_available(self): return True
-    def is_platform_available(self, use_smi_check=False): return True
-    def current_device(self): return "cpu"
-    def device_count(self): return 1
-    def set_device(self, index): pass
-    def synchronize(self, index=None): pass
-    def manual_seed(self, seed): torch.manual_seed(seed)
-    def manual_seed_all(self, seed): torch.manual_seed(seed)
-    def set_allocator_settings(self, settings): pass
-    def empty_cache(self): pass
-    def get_device_capability(self, index=0): return None, None
-    def communication_backend_name(self): return "gloo"
-    def visible_devices_envvar(self): return "CUDA_VISIBLE_DEVICES"
-    @contextlib.contextmanager
-    def nvtx_range(self, msg): yield
-    def profiler_start(self): pass
-    def profiler_stop(self): pass
-    def ray_resource_name(self): return "CPU"
-    def ray_noset_envvars(self): return []
-    def is_ipc_supported(self): return False
-    def cudart(self): return None
-
-
-set_platform(PlatformCPU())
-torch.cpu.mem_get_info = lambda *a, **k: (psutil.virtual_memory().available, psutil.virtual_memory().total)
-for name in ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved"):
-    setattr(torch.cpu, name, lambda *a, **k: 0)
 dist.init_process_group("gloo", rank=0, world_size=1)
 
 from tensordict import TensorDict
@@ -156,7 +123,8 @@ print("RESULT" + json.dumps(out))
 
 @pytest.fixture(scope="module")
 def engine_run():
-    return result_of(run_python(ENGINE_CHECK, "dppo_topk_tv", VERL_USE_EXTERNAL_PLUGINS="auto"))
+    cpu = device_env(find_setting("tiny_verl"))  # verl on the CPU, as the launcher sets it up
+    return result_of(run_python(ENGINE_CHECK, "dppo_topk_tv", **cpu, VERL_USE_EXTERNAL_PLUGINS="auto"))
 
 
 @pytest.mark.slow
