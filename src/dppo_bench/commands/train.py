@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import signal
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -117,8 +119,7 @@ def log_rows_to(run):
 
 def train(args: argparse.Namespace) -> int:
     from dppo_bench.config import find_method, find_setting
-    from dppo_bench.provenance import now
-    from dppo_bench.rundir import RunDir
+    from dppo_bench.runlock import run_lock
 
     setting, recipe = find_setting(args.setting), find_method(args.method)
     recipe.profile(setting.hyperparameter_profile)  # fail now, not mid-run, on a missing profile
@@ -126,7 +127,29 @@ def train(args: argparse.Namespace) -> int:
         return train_verl(args, setting, recipe)
     if args.base_model is None or args.train_data is None:
         raise ValueError("a local-backend run needs --base-model and --train-data")
+    with run_lock(args.out), terminate_as_exit():
+        return train_local(args, setting, recipe)
+
+
+@contextmanager
+def terminate_as_exit():
+    """SIGTERM (a scheduler's time limit, ``kill``) ends the process as Ctrl-C would: through the handlers that
+    record the run as interrupted, instead of leaving run.json at "running"."""
+
+    def exit_(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, exit_)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def train_local(args: argparse.Namespace, setting, recipe) -> int:
     from dppo_bench.local.trainer import LocalRun, LocalTrainer
+    from dppo_bench.provenance import now
+    from dppo_bench.rundir import RunDir
 
     run_dir = RunDir(args.out).create()
     inputs = {

@@ -34,6 +34,7 @@ from dppo_bench import canonical
 from dppo_bench.commands.train import file_sha256, start_record
 from dppo_bench.config import ConfigError, MethodRecipe, Setting
 from dppo_bench.rundir import RunDir
+from dppo_bench.runlock import run_lock
 from dppo_bench.verl_plugin.records import MetricMap, apply_attempt
 from dppo_bench.verl_plugin.run_config import RunPaths, run_overrides
 from dppo_bench.verl_plugin.slurm import ClusterError, RayOnSlurm, SlurmJob, driver_command, plan_cluster
@@ -255,7 +256,12 @@ def run_trainer(
 
 
 def launch(run: VerlRun, *, trainer: Callable[..., tuple[int, dict]] = run_trainer) -> dict:
-    """One attempt of the run (see the module docstring); returns its outcome."""
+    """One attempt of the run (see the module docstring), holding the run's lock; returns its outcome."""
+    with run_lock(run.run_dir.path):
+        return _attempt(run, trainer)
+
+
+def _attempt(run: VerlRun, trainer: Callable[..., tuple[int, dict]]) -> dict:
     from dppo_bench.provenance import now
 
     verl_version = metadata.version("verl")
