@@ -100,6 +100,22 @@ def run_threads(w):
     return SETTINGS[w.setting].local.threads
 
 
+# What a run is (run.json's setting and recipe sha256, which the trainer compares before it resumes) is a
+# parameter of every job built from the run: an edited recipe or setting makes its training, evaluations, tables
+# and figures out of date. The trainer then refuses to overwrite the old run, and keeps refusing on every later
+# snakemake (even after a failed attempt removed train.completed), until the run directory is moved away or the
+# recipe restored: the old run is never reported as the new recipe's.
+def run_identity(w):
+    return f"{SETTINGS[w.setting].sha256()}:{METHODS[w.method].sha256()}"
+
+
+def experiment_runs_identity(w):
+    keys = EXPERIMENTS[w.experiment].run_keys(lambda s: SETTINGS[s].seeds)
+    return dc.canonical_sha256(
+        [[s, m, seed, SETTINGS[s].sha256(), METHODS[m].sha256()] for s, m, seed in keys]
+    )
+
+
 # Each run target is built by its setting's backend: local settings by the rules of train.smk and eval.smk, verl
 # settings by those of verl.smk. The rules of each chain accept only their backend's setting ids.
 LOCAL_SETTINGS = "|".join(sorted(s for s, v in SETTINGS.items() if v.backend == "local"))

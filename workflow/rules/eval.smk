@@ -12,6 +12,7 @@ rule evaluate:
     params:
         run_dir=run_dir,
         steps=eval_steps,
+        identity=run_identity,
     threads: 1
     wildcard_constraints:
         setting=LOCAL_SETTINGS,
