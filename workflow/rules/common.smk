@@ -5,6 +5,7 @@ import os
 from snakemake.utils import validate
 
 from dppo_bench import config as dc
+from dppo_bench.eval.spec import load_benchmarks
 
 validate(config, "../schemas/config.schema.yaml")
 
@@ -16,6 +17,7 @@ if str(config["wandb"]).lower() == "true":
 EXPERIMENTS = {p.stem: dc.load_experiment(p) for p in sorted(dc.EXPERIMENTS_DIR.glob("*.yaml"))}
 SETTINGS = {p.stem: dc.load_setting(p) for p in dc.setting_paths()}
 METHODS = dc.load_methods()
+load_benchmarks()  # every eval spec is checked now, not when its first evaluation starts
 for _id in config["experiments"]:
     if _id not in EXPERIMENTS:
         raise ValueError(f"config/config.yaml: field 'experiments': unknown experiment {_id!r}")
