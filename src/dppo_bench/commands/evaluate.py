@@ -36,6 +36,7 @@ def evaluate(args: argparse.Namespace) -> int:
     from dppo_bench.eval.samples import read_samples
     from dppo_bench.eval.score import score_samples, write_scores
     from dppo_bench.eval.spec import load_benchmark
+    from dppo_bench.io import read_json, verify_checksums
     from dppo_bench.rundir import RunDir
 
     torch.set_num_threads(args.threads)
@@ -60,6 +61,7 @@ def evaluate(args: argparse.Namespace) -> int:
                 checkpoint = run.checkpoint_dir(step)
                 if not checkpoint.is_dir():
                     raise FileNotFoundError(f"{checkpoint}: no checkpoint for step {step} of this run")
+                verify_checksums(checkpoint)
                 model = resolve_model(str(checkpoint))
                 backend = HFBackend(model.path, sampling, device="cpu", batch_size=args.batch_size)
                 samples = out / "samples.jsonl.gz"
@@ -76,7 +78,7 @@ def evaluate(args: argparse.Namespace) -> int:
                 write_scores(
                     score_samples(spec, problems, read_samples(samples), pool=pool, seed=args.seed), scores_path
                 )
-            scores = json.loads(scores_path.read_text())
+            scores = read_json(scores_path)
             summary["steps"][str(step)] = scores[f"avg@{spec.n}"]
             print(f"{args.run_dir} step {step}: {spec.id} avg@{spec.n} = {scores[f'avg@{spec.n}']:.4f}")
     args.out.parent.mkdir(parents=True, exist_ok=True)

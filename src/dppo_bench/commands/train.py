@@ -7,12 +7,13 @@ trainer with the run's overrides (dppo_bench.verl_plugin.launch). Either resumes
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import signal
 import sys
 from contextlib import contextmanager
 from pathlib import Path
+
+from dppo_bench.io import file_sha256
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -50,14 +51,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "else this Python's -m verl.trainer.main_ppo)",
     )
     p.set_defaults(func=train)
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def start_record(run_dir, setting, recipe, seed: int, inputs: dict) -> dict:

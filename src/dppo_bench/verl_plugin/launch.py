@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -256,12 +257,13 @@ def run_trainer(
 
 
 def launch(run: VerlRun, *, trainer: Callable[..., tuple[int, dict]] = run_trainer) -> dict:
-    """One attempt of the run (see the module docstring), holding the run's lock; returns its outcome."""
-    with run_lock(run.run_dir.path):
-        return _attempt(run, trainer)
+    """One attempt of the run (see the module docstring); returns its outcome. The run's lock is held from its
+    first write to its last (:mod:`dppo_bench.runlock`)."""
+    with ExitStack() as held:
+        return _attempt(run, trainer, held)
 
 
-def _attempt(run: VerlRun, trainer: Callable[..., tuple[int, dict]]) -> dict:
+def _attempt(run: VerlRun, trainer: Callable[..., tuple[int, dict]], held: ExitStack) -> dict:
     from dppo_bench.provenance import now
 
     verl_version = metadata.version("verl")
@@ -272,6 +274,7 @@ def _attempt(run: VerlRun, trainer: Callable[..., tuple[int, dict]]) -> dict:
     data = data_records(s, run.train_data, run.val_data)
     metric_map = MetricMap.for_benchmarks(s.eval.benchmarks)
     model, snapshot = model_record(s)
+    held.enter_context(run_lock(run.run_dir.path))
     run.run_dir.create()
     start_record(run.run_dir, s, run.recipe, run.seed, data)
     fold_pending(run.run_dir, metric_map)
