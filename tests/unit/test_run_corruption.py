@@ -135,3 +135,18 @@ def test_a_row_without_an_integer_step_is_named(tmp_path):
     run_dir.metrics.write_text(json.dumps({"step": 1}) + "\n" + json.dumps({"step": "2"}) + "\n")
     with pytest.raises(CorruptFileError, match="metrics.jsonl: line 2 is not a row with an integer step"):
         run_dir.read_metrics()
+
+
+def test_scores_made_with_another_eval_spec_are_refused(tmp_path, capsys):
+    from dppo_bench.cli import main
+
+    data = tmp_path / "problems.jsonl"
+    data.write_text(json.dumps({"id": "a", "problem": "1+1=", "answer": "2"}) + "\n")
+    scores = tmp_path / "run" / "eval" / "tiny_arith" / "step0" / "scores.json"
+    scores.parent.mkdir(parents=True)
+    sampling = {"n": 8, "temperature": 0.6, "top_p": 0.95, "max_tokens": 32, "seed": 0}  # the spec now has n: 4
+    scores.write_text(json.dumps({"sampling": sampling, "n": 8, "avg@8": 0.5}))
+    args = ["evaluate", "--run-dir", str(tmp_path / "run"), "--benchmark", "tiny_arith", "--steps", "0"]
+    assert main([*args, "--data", str(data), "--out", str(tmp_path / "summary.json")]) == 2
+    assert f"{scores}: scored with sampling" in capsys.readouterr().err
+    assert not (tmp_path / "summary.json").exists()

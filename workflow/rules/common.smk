@@ -17,7 +17,7 @@ if str(config["wandb"]).lower() == "true":
 EXPERIMENTS = {p.stem: dc.load_experiment(p) for p in sorted(dc.EXPERIMENTS_DIR.glob("*.yaml"))}
 SETTINGS = {p.stem: dc.load_setting(p) for p in dc.setting_paths()}
 METHODS = dc.load_methods()
-load_benchmarks()  # every eval spec is checked now, not when its first evaluation starts
+BENCHMARKS = load_benchmarks()  # every eval spec is checked now, not when its first evaluation starts
 for _id in config["experiments"]:
     if _id not in EXPERIMENTS:
         raise ValueError(f"config/config.yaml: field 'experiments': unknown experiment {_id!r}")
@@ -109,6 +109,11 @@ def run_threads(w):
 # recipe restored: the old run is never reported as the new recipe's.
 def run_identity(w):
     return f"{SETTINGS[w.setting].sha256()}:{METHODS[w.method].sha256()}"
+
+
+def benchmark_identity(w):
+    """An edited eval spec makes the evaluations on it out of date (dppo-bench evaluate then refuses old scores)."""
+    return dc.canonical_sha256(BENCHMARKS[w.benchmark].model_dump(mode="json"))
 
 
 def experiment_runs_identity(w):

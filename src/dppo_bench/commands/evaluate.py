@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 
@@ -79,6 +80,11 @@ def evaluate(args: argparse.Namespace) -> int:
                     score_samples(spec, problems, read_samples(samples), pool=pool, seed=args.seed), scores_path
                 )
             scores = read_json(scores_path)
+            if scores.get("sampling") != asdict(sampling):
+                raise ValueError(
+                    f"{scores_path}: scored with sampling {scores.get('sampling')}, but {spec.id} now asks for "
+                    f"{asdict(sampling)}; move {out.parent} away to evaluate again"
+                )
             summary["steps"][str(step)] = scores[f"avg@{spec.n}"]
             print(f"{args.run_dir} step {step}: {spec.id} avg@{spec.n} = {scores[f'avg@{spec.n}']:.4f}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
