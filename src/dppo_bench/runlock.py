@@ -1,5 +1,5 @@
 """One writer per run directory: ``dppo-bench train`` holds an exclusive lock on ``RUN_DIR/train.lock`` while it
-writes the run, on both backends.
+writes the run, on both backends (and ``dppo-bench evaluate`` one on each benchmark's evaluation directory).
 
 The lock is the kernel's (``flock``), not the file's existence: it is released when its holder exits, however it
 exits, so a killed trainer never leaves a run locked and its rerun resumes. The file only records who holds it
@@ -33,11 +33,11 @@ def _holder(text: str) -> str:
 
 
 @contextmanager
-def run_lock(run_dir: Path | str) -> Iterator[Path]:
-    """Hold the run's lock for the ``with`` block; a run already held raises :class:`RunLockedError`."""
+def run_lock(run_dir: Path | str, name: str = LOCK_NAME) -> Iterator[Path]:
+    """Hold the lock ``run_dir/name`` for the ``with`` block; one already held raises :class:`RunLockedError`."""
     from dppo_bench.provenance import now
 
-    path = Path(run_dir) / LOCK_NAME
+    path = Path(run_dir) / name
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -46,7 +46,7 @@ def run_lock(run_dir: Path | str) -> Iterator[Path]:
         except BlockingIOError:
             holder = _holder(path.read_text())
             raise RunLockedError(
-                f"{run_dir}: this run is being written by another trainer ({holder}); refusing to write it too. "
+                f"{run_dir}: this run is being written by another process ({holder}); refusing to write it too. "
                 f"Wait for it to end, or stop it; its lock ({path}) is released when it exits."
             ) from None
         record = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": now(), "command": sys.argv}

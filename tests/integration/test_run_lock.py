@@ -62,7 +62,7 @@ def test_two_local_trainers_on_one_run(tmp_path):
         wait_for(lambda: run.checkpoint_dir(2).is_dir(), first)
         second = subprocess.run(cmd, capture_output=True, text=True)
         assert second.returncode == 2, second.stderr
-        assert f"{out}: this run is being written by another trainer (pid {first.pid} on " in second.stderr
+        assert f"{out}: this run is being written by another process (pid {first.pid} on " in second.stderr
         assert first.poll() is None  # the first one goes on
     finally:
         first.kill()  # its owner dies: the kernel drops the lock with it
@@ -92,7 +92,7 @@ def test_two_verl_launchers_on_one_run(tmp_path):
         wait_for(lambda: log.is_file() and log.read_text().count("\n") >= 5, first)
         second = subprocess.run(cmd, env=env, capture_output=True, text=True)
         assert second.returncode == 2, second.stderr
-        assert f"{run.path}: this run is being written by another trainer (pid {first.pid} on " in second.stderr
+        assert f"{run.path}: this run is being written by another process (pid {first.pid} on " in second.stderr
         assert json.loads(run.run_json.read_text())["attempts"][-1]["attempt"] == 1  # no second attempt recorded
     finally:
         os.killpg(first.pid, signal.SIGKILL)  # the launcher and its trainer die without a word
@@ -101,3 +101,15 @@ def test_two_verl_launchers_on_one_run(tmp_path):
     info = json.loads(run.run_json.read_text())
     assert info["status"] == "completed" and [a["resumed_from"] for a in info["attempts"]] == [0, 4]
     assert [r["step"] for r in run.read_metrics()] == list(range(11))
+
+
+def test_two_evaluations_of_one_run_and_benchmark(tmp_path, capsys):
+    from dppo_bench.cli import main
+
+    data = tmp_path / "problems.jsonl"
+    data.write_text(json.dumps({"id": "a", "problem": "1+1=", "answer": "2"}) + "\n")
+    args = ["evaluate", "--run-dir", str(tmp_path / "run"), "--benchmark", "tiny_arith", "--steps", "0"]
+    args += ["--data", str(data), "--out", str(tmp_path / "summary.json")]
+    with run_lock(tmp_path / "run" / "eval" / "tiny_arith", "evaluate.lock"):
+        assert main(args) == 2
+    assert "eval/tiny_arith: this run is being written by another process" in capsys.readouterr().err

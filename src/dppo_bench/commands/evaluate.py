@@ -39,6 +39,7 @@ def evaluate(args: argparse.Namespace) -> int:
     from dppo_bench.eval.spec import load_benchmark
     from dppo_bench.io import read_json, verify_checksums
     from dppo_bench.rundir import RunDir
+    from dppo_bench.runlock import run_lock
 
     torch.set_num_threads(args.threads)
     spec = load_benchmark(args.benchmark)
@@ -51,7 +52,7 @@ def evaluate(args: argparse.Namespace) -> int:
     run = RunDir(args.run_dir)
     last_step = run.read_run().get("last_step")
     summary = {"benchmark": spec.id, "n": spec.n, "metric": f"avg@{spec.n}", "steps": {}, "not_reached": []}
-    with GradingPool(1) as pool:
+    with run_lock(args.run_dir / "eval" / spec.id, "evaluate.lock"), GradingPool(1) as pool:
         for step in [int(x) for x in args.steps.split(",")]:
             out = args.run_dir / "eval" / spec.id / f"step{step}"
             scores_path = out / "scores.json"
