@@ -12,6 +12,7 @@ import importlib
 import sys
 
 from dppo_bench.config import ConfigError
+from dppo_bench.runlock import RunLockedError
 
 COMMAND_MODULES = [
     "methods",
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args) or 0
-    except (ConfigError, FileNotFoundError, KeyError, ValueError) as e:
+    except (ConfigError, FileNotFoundError, KeyError, ValueError, RunLockedError) as e:
         message = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"dppo-bench {args.command}: error: {message}", file=sys.stderr)
         return 2

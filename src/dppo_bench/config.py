@@ -19,6 +19,7 @@ from dppo_bench.methods import get_mask, mask_names
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 METHODS_DIR = REPO_ROOT / "recipes" / "methods"
+EVAL_DIR = REPO_ROOT / "eval"
 ID_PATTERN = re.compile(r"^[a-z0-9_]+$")
 
 
@@ -32,7 +33,7 @@ class ConfigError(ValueError):
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 Threshold = Annotated[float, Field(ge=0.0)]
@@ -133,11 +134,33 @@ def identity_sha256(model: BaseModel, left_out: tuple[str, ...]) -> str:
     return canonical_sha256(data)
 
 
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key: object, line: int):
+        self.key, self.line = key, line
+        super().__init__(f"{key!r} given twice (again on line {line})")
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml's safe loader, except that a key given twice in one mapping is an error instead of the last one winning
+    silently (``{delta: 0.15, delta: 0.5}``, a profile written twice)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, str | int | float | bool) and key in seen:
+                raise _DuplicateKey(key, key_node.start_mark.line + 1)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def read_yaml(path: Path) -> dict:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)  # a SafeLoader: builds plain data only
     except FileNotFoundError:
         raise ConfigError(path, "", "file not found") from None
+    except _DuplicateKey as e:
+        raise ConfigError(path, str(e.key), str(e)) from None
     except yaml.YAMLError as e:
         raise ConfigError(path, "", f"not valid yaml: {e}") from None
     if not isinstance(data, dict):
@@ -185,6 +208,7 @@ def load_methods(methods_dir: Path = METHODS_DIR) -> dict[str, MethodRecipe]:
 SETTINGS_DIR = REPO_ROOT / "recipes" / "settings"
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0.0)]
+Seed = Annotated[int, Field(ge=0)]  # a run's seed is a path component (seed<k>) the pipeline matches as digits
 
 
 class TrainSpec(Strict):
@@ -287,7 +311,7 @@ class LoRA(Strict):
 class Optimizer(Strict):
     lr_warmup_steps: Annotated[int, Field(ge=-1)] = -1  # -1: verl's default, no warm-up
     weight_decay: Annotated[float, Field(ge=0.0)]
-    betas: tuple[float, float] = (0.9, 0.999)
+    betas: Annotated[list[float], Field(min_length=2, max_length=2)] = [0.9, 0.999]
     lr_scheduler: Literal["constant", "cosine"] = "constant"
 
 
@@ -324,7 +348,7 @@ class Setting(Strict):
     backend: Literal["local", "verl"]
     hyperparameter_profile: str  # which profile of each method recipe this setting uses
     loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
-    seeds: list[int] = Field(min_length=1)
+    seeds: list[Seed] = Field(min_length=1)
     train: TrainSpec
     eval: EvalSpec
     local: LocalSpec | None = None
@@ -342,6 +366,8 @@ class Setting(Strict):
             raise _FieldError(
                 "train.mini_batches", "must divide prompts_per_step (verl counts mini-batches in prompts)"
             )
+        if len(set(self.seeds)) < len(self.seeds):
+            raise _FieldError("seeds", f"a seed is listed twice: {self.seeds}")
         if self.backend == "local" and self.eval.every % self.train.save_every:
             raise _FieldError("eval.every", "must be a multiple of train.save_every (evaluation reads checkpoints)")
         return self
@@ -377,7 +403,12 @@ def setting_data(path: Path, _seen: tuple[Path, ...] = ()) -> dict:
 
 
 def load_setting(path: Path) -> Setting:
-    return validate(Setting, {"id": path.stem, **setting_data(path)}, path)
+    setting = validate(Setting, {"id": path.stem, **setting_data(path)}, path)
+    for i, benchmark in enumerate(setting.eval.benchmarks):
+        if not (EVAL_DIR / f"{benchmark}.yaml").is_file():
+            known = ", ".join(sorted(p.stem for p in EVAL_DIR.glob("*.yaml")))
+            raise ConfigError(path, f"eval.benchmarks.{i}", f"unknown benchmark {benchmark!r}; known: {known}")
+    return setting
 
 
 def setting_paths(settings_dir: Path = SETTINGS_DIR) -> list[Path]:
@@ -431,7 +462,7 @@ class Experiment(Strict):
     paper_item: str  # e.g. "Fig. 3", or "ours" for items the paper does not have
     description: str
     runs: list[RunGroup] = Field(min_length=1)
-    seeds: list[int] | None = None  # default: each setting's seeds
+    seeds: list[Seed] | None = Field(None, min_length=1)  # default: each setting's seeds
     panels: list[Panel] = []
     columns: list[Column] = []
     panel_columns: PositiveInt = 4  # figure layout: panels per row
@@ -442,6 +473,16 @@ class Experiment(Strict):
             raise ValueError(f"id {self.id!r} must match [a-z0-9_]+")
         if not self.panels and not self.columns:
             raise _FieldError("panels", "an experiment needs panels (a figure) or columns (a table)")
+        if self.seeds is not None and len(set(self.seeds)) < len(self.seeds):
+            raise _FieldError("seeds", f"a seed is listed twice: {self.seeds}")
+        listed: dict[tuple[str, str], str] = {}
+        for i, group in enumerate(self.runs):
+            for j, method in enumerate(group.methods):
+                where = f"runs.{i}.methods.{j}"
+                if (group.setting, method) in listed:
+                    first = listed[group.setting, method]
+                    raise _FieldError(where, f"method {method!r} of setting {group.setting!r} is listed at {first} too")
+                listed[group.setting, method] = where
         return self
 
     def run_keys(self, seeds_of: Callable[[str], list[int]]) -> list[tuple[str, str, int]]:

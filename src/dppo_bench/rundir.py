@@ -5,7 +5,8 @@
 
 metrics.jsonl is append-only and resume-safe: rows reach it before the checkpoint that covers
 them is committed, and a resumed run first drops rows past its checkpoint, so a crash at any
-point leaves neither a lost nor a duplicated step.
+point leaves neither a lost nor a duplicated step. A last line cut short by a kill is not a row;
+any other line that is not a JSON object with an integer step is damage, reported with its line.
 """
 
 from __future__ import annotations
@@ -16,17 +17,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+from dppo_bench.io import CorruptFileError, atomic_write_text, read_json, read_jsonl
+
 
 def _finite(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 class RunDir:
@@ -42,10 +39,15 @@ class RunDir:
         return self
 
     def read_run(self) -> dict:
-        return json.loads(self.run_json.read_text()) if self.run_json.exists() else {}
+        if not self.run_json.exists():
+            return {}
+        info = read_json(self.run_json)
+        if not isinstance(info, dict):
+            raise CorruptFileError(f"{self.run_json}: expected a JSON object; the file is damaged")
+        return info
 
     def write_run(self, info: dict) -> None:
-        _atomic_write(self.run_json, json.dumps(info, indent=2, sort_keys=True) + "\n")
+        atomic_write_text(self.run_json, json.dumps(info, indent=2, sort_keys=True) + "\n")
 
     def update_run(self, **fields: Any) -> dict:
         info = {**self.read_run(), **fields}
@@ -53,7 +55,7 @@ class RunDir:
         return info
 
     def mark_done(self, outcome: dict) -> None:
-        _atomic_write(self.done, json.dumps(outcome, sort_keys=True) + "\n")
+        atomic_write_text(self.done, json.dumps(outcome, sort_keys=True) + "\n")
 
     def append_metrics(self, rows: list[dict]) -> None:
         """Append rows (each with an integer ``step``); non-finite floats become null."""
@@ -66,44 +68,35 @@ class RunDir:
             os.fsync(f.fileno())
 
     def read_metrics(self) -> list[dict]:
+        """Every row, in file order (a torn last line is not one)."""
         if not self.metrics.exists():
             return []
-        rows = []
-        for n, line in enumerate(self.metrics.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{self.metrics}: line {n} is not valid JSON ({e})") from None
-        return rows
+        rows, _ = read_jsonl(self.metrics)
+        for n, row in rows:
+            if not isinstance(row, dict) or type(row.get("step")) is not int:
+                raise CorruptFileError(
+                    f"{self.metrics}: line {n} is not a row with an integer step; the file is damaged"
+                )
+        return [row for _, row in rows]
 
-    def truncate_metrics(self, last_step: int) -> None:
-        """Keep only rows up to ``last_step`` (the step the resumed checkpoint covers).
+    def truncate_metrics(self, last_step: int) -> list[int]:
+        """Keep only rows up to ``last_step`` (the step the resumed checkpoint covers); returns the steps kept.
 
         A final line cut short by a kill during the append is dropped with the rows past the checkpoint.
         """
         if not self.metrics.exists():
-            return
-        lines = [ln for ln in self.metrics.read_text().splitlines() if ln.strip()]
-        keep = []
-        for n, line in enumerate(lines, 1):
-            try:
-                step = json.loads(line)["step"]
-            except json.JSONDecodeError:
-                if n < len(lines):
-                    raise ValueError(f"{self.metrics}: line {n} is not valid JSON and is not the last line") from None
-                break
-            if step <= last_step:
-                keep.append(line)
-        if len(keep) != len(lines) or not self.metrics.read_text().endswith("\n"):
-            _atomic_write(self.metrics, "".join(ln + "\n" for ln in keep))
+            return []
+        rows = self.read_metrics()
+        keep = [r for r in rows if r["step"] <= last_step]
+        if len(keep) != len(rows) or not self.metrics.read_bytes().endswith(b"\n"):
+            atomic_write_text(self.metrics, "".join(json.dumps(r, sort_keys=True) + "\n" for r in keep))
+        return [r["step"] for r in keep]
 
     def checkpoint_dir(self, step: int) -> Path:
         return self.checkpoints / f"step_{step:06d}"
 
     def saved_steps(self) -> list[int]:
-        """Steps with a complete checkpoint (a directory renamed into place)."""
+        """Steps with a checkpoint directory renamed into place (complete when written; see io.verify_checksums)."""
         if not self.checkpoints.is_dir():
             return []
         return sorted(int(p.name[5:]) for p in self.checkpoints.glob("step_*") if p.name[5:].isdigit())

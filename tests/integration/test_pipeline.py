@@ -78,3 +78,19 @@ def test_a_bad_recipe_stops_the_pipeline_at_start_naming_file_and_field(tmp_path
         recipe.unlink()
     assert proc.returncode != 0
     assert "zz_bad_test_method.yaml: field 'hyperparameters.sanity.delta'" in proc.stdout + proc.stderr
+
+
+def test_unlock_needs_no_cores(tmp_path):
+    proc = snakemake(tmp_path, "--unlock")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_a_bad_eval_spec_stops_the_pipeline_at_start(tmp_path):
+    spec = REPO / "eval" / "zz_bad_test_benchmark.yaml"
+    spec.write_text((REPO / "eval" / "tiny_arith.yaml").read_text().replace("n: 4", "n: 0"))
+    try:
+        proc = snakemake(tmp_path, "-n", "tiny_smoke")
+    finally:
+        spec.unlink()
+    assert proc.returncode != 0
+    assert "zz_bad_test_benchmark.yaml: field 'n'" in proc.stdout + proc.stderr

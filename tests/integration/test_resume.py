@@ -89,3 +89,26 @@ def test_a_different_run_in_the_same_directory_is_refused(tmp_path):
     proc = subprocess.run(other, capture_output=True, text=True)
     assert proc.returncode == 2 and "holds a different run" in proc.stderr and "run.json" in proc.stderr
     assert (out / "metrics.jsonl").read_text() == before  # nothing already written is lost
+
+
+@pytest.mark.slow
+def test_sigterm_records_the_run_as_interrupted_and_a_rerun_resumes(tmp_path):
+    setting_path = write_setting(tmp_path, steps=12, save_every=2)
+    base, train = build_run_inputs(tmp_path, setting_path)
+    out = tmp_path / "run"
+    run = RunDir(out)
+    proc = subprocess.Popen(
+        train_cmd(setting_path, base, train, out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 300
+    while not run.checkpoint_dir(2).is_dir():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM
+    info = json.loads(run.run_json.read_text())
+    assert info["status"] == "interrupted" and info["finished_at"] and "SystemExit" in info["error"]
+    subprocess.run(train_cmd(setting_path, base, train, out), check=True, capture_output=True)
+    assert json.loads(run.run_json.read_text())["status"] == "completed"
+    assert [r["step"] for r in run.read_metrics()] == list(range(1, 13))

@@ -22,7 +22,7 @@ from dppo_bench.eval.generate import (
     run_generation,
 )
 from dppo_bench.eval.prompts import load_prompt
-from dppo_bench.eval.samples import SamplesError, read_samples
+from dppo_bench.eval.samples import SamplesError, SamplesWriter, read_samples
 
 PROBLEMS = [Problem("p1", "What is $1+1$?", "2"), Problem("p2", "What is $2+3$?", "5"), Problem("p3", "Hi?", "7")]
 SAMPLING = SamplingConfig(n=3, temperature=1.0, top_p=0.95, max_tokens=6, seed=0)
@@ -123,6 +123,51 @@ def test_an_interrupted_generation_resumes_to_the_same_samples(hf, tiny_model, t
     assert header["sampling"] == {"n": 3, "temperature": 1.0, "top_p": 0.95, "max_tokens": 6, "seed": 0}
     assert header["model"]["kind"] == "hf" and len(header["model"]["fingerprint"]) == 64
     assert header["prompt"]["template"] == "dapo_answer" and len(header["prompt"]["prompts_sha256"]) == 64
+
+
+def test_a_resume_inside_a_chunk_writes_the_bytes_of_an_uninterrupted_run(hf, tiny_model, tmp_path, monkeypatch):
+    """Killed between two appends of one chunk: the chunk is made again whole, its missing problems appended."""
+    whole = tmp_path / "whole.jsonl.gz"
+    run(hf, tiny_model, whole, chunk=2)
+    part = tmp_path / "part.jsonl.gz"
+    append = SamplesWriter.append
+
+    def dies_after_p1(writer, problem_id, texts):
+        if problem_id != "p1":
+            raise Interrupt
+        append(writer, problem_id, texts)
+
+    with monkeypatch.context() as m:
+        m.setattr(SamplesWriter, "append", dies_after_p1)
+        with pytest.raises(Interrupt):
+            run(hf, tiny_model, part, chunk=2)
+    assert run(hf, tiny_model, part, chunk=2)["generated"] == 2
+    assert read_samples(part).rows == read_samples(whole).rows
+
+
+def test_samples_depend_on_the_problem_and_the_sample_index_only(tiny_model):
+    """Not on the batch size, the other problems of a call, or their order (the seeds of a resumed evaluation)."""
+    ids, _ = prompt_ids(HFBackend(str(tiny_model), SAMPLING).tokenizer, load_prompt("as_is"), PROBLEMS)
+    seeds = [problem_seed(0, p.id) for p in PROBLEMS]
+    reference = HFBackend(str(tiny_model), SAMPLING, batch_size=1).generate(ids, seeds)
+    assert len({t for texts in reference for t in texts}) > 3  # really sampled
+    for batch_size in (2, 3, 9):
+        backend = HFBackend(str(tiny_model), SAMPLING, batch_size=batch_size)
+        assert backend.generate(ids, seeds) == reference
+        assert backend.generate(ids[::-1], seeds[::-1]) == reference[::-1]
+        assert backend.generate(ids[1:], seeds[1:]) == reference[1:]
+
+
+def test_nucleus_sampling_keeps_the_smallest_set_reaching_top_p():
+    from dppo_bench.eval.generate import RowSampler
+
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    drawn = set()
+    for seed in range(200):
+        scores = RowSampler([seed], temperature=1.0, top_p=0.8)(None, logits.clone())
+        assert torch.isfinite(scores).sum() == 1
+        drawn.add(int(scores.argmax()))
+    assert drawn == {0, 1}  # 0.5 + 0.3 reaches 0.8: tokens 2 and 3 are outside the nucleus
 
 
 def test_resuming_with_other_sampling_is_refused(hf, tiny_model, tmp_path):

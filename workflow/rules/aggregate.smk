@@ -12,6 +12,7 @@ rule aggregate_table:
         "logs/aggregate_table/{experiment}.log",
     params:
         out=subpath(output[0], parent=True),
+        runs=experiment_runs_identity,
     conda:
         "../../environment.yml"
     shell:
@@ -28,6 +29,7 @@ rule aggregate_figure:
         "logs/aggregate_figure/{experiment}.log",
     params:
         out=subpath(output[0], parent=True),
+        runs=experiment_runs_identity,
     conda:
         "../../environment.yml"
     shell:

@@ -5,6 +5,7 @@ import os
 from snakemake.utils import validate
 
 from dppo_bench import config as dc
+from dppo_bench.eval.spec import load_benchmarks
 
 validate(config, "../schemas/config.schema.yaml")
 
@@ -16,6 +17,7 @@ if str(config["wandb"]).lower() == "true":
 EXPERIMENTS = {p.stem: dc.load_experiment(p) for p in sorted(dc.EXPERIMENTS_DIR.glob("*.yaml"))}
 SETTINGS = {p.stem: dc.load_setting(p) for p in dc.setting_paths()}
 METHODS = dc.load_methods()
+BENCHMARKS = load_benchmarks()  # every eval spec is checked now, not when its first evaluation starts
 for _id in config["experiments"]:
     if _id not in EXPERIMENTS:
         raise ValueError(f"config/config.yaml: field 'experiments': unknown experiment {_id!r}")
@@ -98,6 +100,27 @@ def experiment_file(w):
 
 def run_threads(w):
     return SETTINGS[w.setting].local.threads
+
+
+# What a run is (run.json's setting and recipe sha256, which the trainer compares before it resumes) is a
+# parameter of every job built from the run: an edited recipe or setting makes its training, evaluations, tables
+# and figures out of date. The trainer then refuses to overwrite the old run, and keeps refusing on every later
+# snakemake (even after a failed attempt removed train.completed), until the run directory is moved away or the
+# recipe restored: the old run is never reported as the new recipe's.
+def run_identity(w):
+    return f"{SETTINGS[w.setting].sha256()}:{METHODS[w.method].sha256()}"
+
+
+def benchmark_identity(w):
+    """An edited eval spec makes the evaluations on it out of date (dppo-bench evaluate then refuses old scores)."""
+    return dc.canonical_sha256(BENCHMARKS[w.benchmark].model_dump(mode="json"))
+
+
+def experiment_runs_identity(w):
+    keys = EXPERIMENTS[w.experiment].run_keys(lambda s: SETTINGS[s].seeds)
+    return dc.canonical_sha256(
+        [[s, m, seed, SETTINGS[s].sha256(), METHODS[m].sha256()] for s, m, seed in keys]
+    )
 
 
 # Each run target is built by its setting's backend: local settings by the rules of train.smk and eval.smk, verl

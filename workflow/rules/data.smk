@@ -24,7 +24,7 @@ rule tiny_pretrain:
         directory("results/base/{base}/model"),
     log:
         "logs/tiny_pretrain/{base}.log",
-    threads: workflow.cores
+    threads: lambda w: workflow.cores  # asked for when a job is planned: --unlock needs no --cores
     conda:
         "../../environment.yml"
     shell:

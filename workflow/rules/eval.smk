@@ -12,6 +12,8 @@ rule evaluate:
     params:
         run_dir=run_dir,
         steps=eval_steps,
+        identity=run_identity,
+        spec=benchmark_identity,
     threads: 1
     wildcard_constraints:
         setting=LOCAL_SETTINGS,

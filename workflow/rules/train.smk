@@ -14,6 +14,7 @@ rule train_local:
         "logs/train/{setting}/{method}/seed{seed}.log",
     params:
         run_dir=run_dir,
+        identity=run_identity,
     threads: run_threads
     wildcard_constraints:
         setting=LOCAL_SETTINGS,

@@ -38,6 +38,7 @@ rule train_verl:
         "logs/train/{setting}/{method}/seed{seed}.log",
     params:
         run_dir=run_dir,
+        identity=run_identity,
     wildcard_constraints:
         setting=VERL_SETTINGS,
     threads: verl_threads
@@ -65,6 +66,7 @@ rule evaluate_verl:
     params:
         run_dir=run_dir,
         steps=eval_steps,
+        identity=run_identity,
     wildcard_constraints:
         setting=VERL_SETTINGS,
     threads: 4

@@ -7,11 +7,11 @@ with their status, so figures and tables show them as missing instead of droppin
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dppo_bench.config import Experiment, MethodRecipe, Setting
+from dppo_bench.io import read_json
 from dppo_bench.rundir import RunDir
 
 USABLE = ("completed", "diverged")
@@ -36,7 +36,7 @@ def eval_series(run_dir: Path) -> dict[str, dict[int, float]]:
     """``eval/<benchmark>/avg@<n>`` per step from the scores.json files of the run."""
     out: dict[str, dict[int, float]] = {}
     for scores in sorted(run_dir.glob("eval/*/step*/scores.json")):
-        data = json.loads(scores.read_text())
+        data = read_json(scores)
         step = int(scores.parent.name[len("step") :])
         n = data["n"]
         out.setdefault(f"eval/{data['benchmark']}/avg@{n}", {})[step] = data[f"avg@{n}"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 
@@ -36,7 +37,9 @@ def evaluate(args: argparse.Namespace) -> int:
     from dppo_bench.eval.samples import read_samples
     from dppo_bench.eval.score import score_samples, write_scores
     from dppo_bench.eval.spec import load_benchmark
+    from dppo_bench.io import read_json, verify_checksums
     from dppo_bench.rundir import RunDir
+    from dppo_bench.runlock import run_lock
 
     torch.set_num_threads(args.threads)
     spec = load_benchmark(args.benchmark)
@@ -49,7 +52,7 @@ def evaluate(args: argparse.Namespace) -> int:
     run = RunDir(args.run_dir)
     last_step = run.read_run().get("last_step")
     summary = {"benchmark": spec.id, "n": spec.n, "metric": f"avg@{spec.n}", "steps": {}, "not_reached": []}
-    with GradingPool(1) as pool:
+    with run_lock(args.run_dir / "eval" / spec.id, "evaluate.lock"), GradingPool(1) as pool:
         for step in [int(x) for x in args.steps.split(",")]:
             out = args.run_dir / "eval" / spec.id / f"step{step}"
             scores_path = out / "scores.json"
@@ -60,6 +63,7 @@ def evaluate(args: argparse.Namespace) -> int:
                 checkpoint = run.checkpoint_dir(step)
                 if not checkpoint.is_dir():
                     raise FileNotFoundError(f"{checkpoint}: no checkpoint for step {step} of this run")
+                verify_checksums(checkpoint)
                 model = resolve_model(str(checkpoint))
                 backend = HFBackend(model.path, sampling, device="cpu", batch_size=args.batch_size)
                 samples = out / "samples.jsonl.gz"
@@ -76,7 +80,12 @@ def evaluate(args: argparse.Namespace) -> int:
                 write_scores(
                     score_samples(spec, problems, read_samples(samples), pool=pool, seed=args.seed), scores_path
                 )
-            scores = json.loads(scores_path.read_text())
+            scores = read_json(scores_path)
+            if scores.get("sampling") != asdict(sampling):
+                raise ValueError(
+                    f"{scores_path}: scored with sampling {scores.get('sampling')}, but {spec.id} now asks for "
+                    f"{asdict(sampling)}; move {out.parent} away to evaluate again"
+                )
             summary["steps"][str(step)] = scores[f"avg@{spec.n}"]
             print(f"{args.run_dir} step {step}: {spec.id} avg@{spec.n} = {scores[f'avg@{spec.n}']:.4f}")
     args.out.parent.mkdir(parents=True, exist_ok=True)

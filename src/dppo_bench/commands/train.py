@@ -7,10 +7,13 @@ trainer with the run's overrides (dppo_bench.verl_plugin.launch). Either resumes
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
+import signal
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+
+from dppo_bench.io import file_sha256
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -48,14 +51,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "else this Python's -m verl.trainer.main_ppo)",
     )
     p.set_defaults(func=train)
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def start_record(run_dir, setting, recipe, seed: int, inputs: dict) -> dict:
@@ -117,16 +112,40 @@ def log_rows_to(run):
 
 def train(args: argparse.Namespace) -> int:
     from dppo_bench.config import find_method, find_setting
-    from dppo_bench.provenance import now
-    from dppo_bench.rundir import RunDir
+    from dppo_bench.eval.spec import load_benchmark
+    from dppo_bench.runlock import run_lock
 
     setting, recipe = find_setting(args.setting), find_method(args.method)
     recipe.profile(setting.hyperparameter_profile)  # fail now, not mid-run, on a missing profile
+    for benchmark in setting.eval.benchmarks:
+        load_benchmark(benchmark)  # and on a bad eval spec, not after training
     if setting.backend == "verl":
         return train_verl(args, setting, recipe)
     if args.base_model is None or args.train_data is None:
         raise ValueError("a local-backend run needs --base-model and --train-data")
+    with run_lock(args.out), terminate_as_exit():
+        return train_local(args, setting, recipe)
+
+
+@contextmanager
+def terminate_as_exit():
+    """SIGTERM (a scheduler's time limit, ``kill``) ends the process as Ctrl-C would: through the handlers that
+    record the run as interrupted, instead of leaving run.json at "running"."""
+
+    def exit_(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, exit_)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def train_local(args: argparse.Namespace, setting, recipe) -> int:
     from dppo_bench.local.trainer import LocalRun, LocalTrainer
+    from dppo_bench.provenance import now
+    from dppo_bench.rundir import RunDir
 
     run_dir = RunDir(args.out).create()
     inputs = {

@@ -1,14 +1,16 @@
 """Generation of ``n`` samples per problem into a resumable samples file, with vLLM (GPU) or HF ``generate`` (CPU).
 
-Each problem is sampled with its own seed, derived from the run seed and the problem id, so a problem's samples do
-not depend on which other problems were generated with it, in what order, or whether the run was interrupted and
-resumed. Both backends prompt with the same token ids: the chat template rendered as text (as verl renders it),
-then tokenized without adding special tokens.
+A problem's samples depend only on the run seed, the problem id and the sample index (HF: each sample has a
+generator of its own; vLLM: each problem a request seed): not on which other problems were generated with them, in
+what order, or whether the run was interrupted and resumed (see :func:`run_generation` for byte-identical
+resumption). Both backends prompt with the same token ids: the chat template rendered as text (as verl renders
+it), then tokenized without adding special tokens.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -36,6 +38,11 @@ class SamplingConfig:
 def problem_seed(seed: int, problem_id: str) -> int:
     """A 31-bit seed of one problem's samples (stable across runs, orders and resumes)."""
     return int.from_bytes(hashlib.sha256(f"{seed}:{problem_id}".encode()).digest()[:4], "big") & 0x7FFFFFFF
+
+
+def sample_seed(problem_seed: int, index: int) -> int:
+    """The seed of one sample of a problem (the HF backend samples every row with a generator of its own)."""
+    return int.from_bytes(hashlib.sha256(f"{problem_seed}:{index}".encode()).digest()[:8], "big") & (2**63 - 1)
 
 
 # -- models ----------------------------------------------------------------------------------------------------
@@ -122,8 +129,9 @@ class Backend(Protocol):
 
 
 class HFBackend:
-    """transformers ``generate`` for CPU and tiny models; sampling seeded per problem without touching the
-    global RNG (inside ``torch.random.fork_rng``); the n samples of a problem are batched."""
+    """transformers ``generate`` for CPU and tiny models. Every sample (a row of a generate call) draws its tokens
+    from a generator of its own, seeded by (problem seed, sample index): samples do not depend on the other rows of
+    their call, and the global RNG is never touched."""
 
     def __init__(self, model_path: str, sampling: SamplingConfig, *, device: str = "cpu", batch_size: int = 0):
         import torch
@@ -138,60 +146,76 @@ class HFBackend:
     def describe(self) -> dict:
         return {"backend": "hf", "device": self.device, "batch_size": self.batch_size}
 
-    def _generation_config(self, num: int):
+    def _generation_config(self):
+        """Greedy over the scores :class:`RowSampler` leaves (only its drawn token is finite); explicit, so the
+        checkpoint's own generation_config cannot change the sampling."""
         from transformers import GenerationConfig
 
-        s = self.sampling
         eos = self.model.generation_config.eos_token_id
         eos = self.tokenizer.eos_token_id if eos is None else eos
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
-        sample = s.temperature > 0
-        return GenerationConfig(  # explicit: the checkpoint's own generation_config must not change the sampling
-            do_sample=sample,
-            temperature=s.temperature if sample else None,
-            top_p=s.top_p if sample else None,
-            top_k=0 if sample else None,
-            max_new_tokens=s.max_tokens,
-            num_return_sequences=num,
+        return GenerationConfig(
+            do_sample=False,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+            max_new_tokens=self.sampling.max_tokens,
             eos_token_id=eos,
             pad_token_id=pad[0] if isinstance(pad, list) else pad,
         )
 
     def generate(self, prompt_ids: Sequence[list[int]], seeds: Sequence[int]) -> list[list[str]]:
-        """n samples per problem. With ``batch_size`` above n, whole problems share a generate call (left-padded),
-        seeded by the first problem's seed: far faster for tiny models, reproducible for a given batch size and
-        resume point; at or below n every problem is seeded on its own, whatever the batching."""
+        """n samples per problem; rows (problem, sample) go ``batch_size`` at a time into left-padded calls."""
         n = self.sampling.n
-        per_call = max(1, self.batch_size // n)
-        if per_call == 1:
-            return [self._sample(ids, seed) for ids, seed in zip(prompt_ids, seeds, strict=True)]
-        out = []
-        for start in range(0, len(prompt_ids), per_call):
-            texts = self._sample_padded(prompt_ids[start : start + per_call], seeds[start])
-            out += [texts[i * n : (i + 1) * n] for i in range(len(texts) // n)]
-        return out
-
-    def _sample(self, ids: list[int], seed: int) -> list[str]:
+        rows = [(ids, sample_seed(seed, j)) for ids, seed in zip(prompt_ids, seeds, strict=True) for j in range(n)]
         texts: list[str] = []
-        for start in range(0, self.sampling.n, self.batch_size):
-            num = min(self.batch_size, self.sampling.n - start)
-            texts += self._sample_padded([ids], seed + start, num)
-        return texts
+        for start in range(0, len(rows), self.batch_size):
+            texts += self._sample_rows(rows[start : start + self.batch_size])
+        return [texts[i * n : (i + 1) * n] for i in range(len(prompt_ids))]
 
-    def _sample_padded(self, group: Sequence[list[int]], seed: int, num: int | None = None) -> list[str]:
-        """``num`` (default n) samples of each prompt of ``group``, problem-major, in one generate call."""
-        torch = self._torch
-        width = max(len(ids) for ids in group)
-        pad = self._generation_config(1).pad_token_id
-        inputs = torch.tensor([[pad] * (width - len(ids)) + list(ids) for ids in group], device=self.device)
-        mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in group], device=self.device)
-        devices = [self.device] if self.device.startswith("cuda") else []
-        with torch.random.fork_rng(devices=devices), torch.no_grad():
-            torch.manual_seed(seed)
+    def _sample_rows(self, rows: Sequence[tuple[list[int], int]]) -> list[str]:
+        """One completion per (prompt ids, sample seed), in one generate call."""
+        from transformers import LogitsProcessorList
+
+        torch, s = self._torch, self.sampling
+        config = self._generation_config()
+        width = max(len(ids) for ids, _ in rows)
+        inputs = torch.tensor([[config.pad_token_id] * (width - len(ids)) + list(ids) for ids, _ in rows])
+        mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids, _ in rows])
+        sampler = [RowSampler([seed for _, seed in rows], s.temperature, s.top_p)] if s.temperature > 0 else []
+        with torch.no_grad():
             tokens = self.model.generate(
-                inputs, attention_mask=mask, generation_config=self._generation_config(num or self.sampling.n)
+                inputs.to(self.device),
+                attention_mask=mask.to(self.device),
+                generation_config=config,
+                logits_processor=LogitsProcessorList(sampler),
             )
         return self.tokenizer.batch_decode(tokens[:, width:], skip_special_tokens=True)
+
+
+class RowSampler:
+    """A logits processor that samples each row's next token (temperature, then nucleus top_p) with the row's own
+    generator, and leaves only that token finite for greedy decoding to pick. A row draws one uniform per token,
+    so its t-th token depends on its seed and its logits alone, whatever rows share its call."""
+
+    def __init__(self, seeds: Sequence[int], temperature: float, top_p: float):
+        import torch
+
+        self.generators = [torch.Generator().manual_seed(seed) for seed in seeds]
+        self.temperature, self.top_p = temperature, top_p
+
+    def __call__(self, input_ids, scores):
+        import torch
+
+        probs = torch.softmax(scores.double() / self.temperature, dim=-1)
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        before = sorted_probs.cumsum(-1) - sorted_probs  # mass of the more likely tokens
+        sorted_probs = sorted_probs.masked_fill(before >= self.top_p, 0.0)  # outside the nucleus (never the first)
+        cdf = sorted_probs.cumsum(-1)
+        u = torch.stack([torch.rand((), generator=g, dtype=torch.float64) for g in self.generators])
+        rank = torch.searchsorted(cdf, (u.to(cdf.device) * cdf[:, -1])[:, None]).clamp(max=cdf.shape[-1] - 1)
+        token = order.gather(-1, rank)
+        return torch.full_like(scores, -math.inf).scatter_(-1, token, 0.0)
 
 
 class VLLMBackend:
@@ -263,6 +287,9 @@ def run_generation(
 ) -> dict:
     """Generate the missing problems' samples into ``out`` (resuming it), ``chunk`` problems per backend call.
 
+    The chunks are fixed slices of ``problems``; a chunk some of whose problems are already written is generated
+    whole again and only the missing ones are appended, so a resumed file is byte for byte the uninterrupted one.
+
     Returns what happened: problems already complete, problems generated, bytes of an interrupted write dropped.
     """
     ids, prompts_sha = prompt_ids(backend.tokenizer, template, problems)
@@ -277,8 +304,11 @@ def run_generation(
         if have == 0:
             todo.append(i)
     done = len(problems) - len(todo)
-    for start in range(0, len(todo), chunk):
-        part = todo[start : start + chunk]
+    pending = set(todo)
+    for start in range(0, len(problems), chunk):  # fixed chunks: a resumed run makes the very calls of a whole one
+        part = range(start, min(start + chunk, len(problems)))
+        if pending.isdisjoint(part):
+            continue
         completions = backend.generate(
             [ids[i] for i in part], [problem_seed(sampling.seed, problems[i].id) for i in part]
         )
@@ -287,8 +317,9 @@ def run_generation(
                 raise RuntimeError(
                     f"backend returned {len(texts)} samples for {problems[i].id!r}, expected {sampling.n}"
                 )
-            writer.append(problems[i].id, texts)
-        done += len(part)
+            if i in pending:
+                writer.append(problems[i].id, texts)
+                done += 1
         if progress:
             progress(done, len(problems))
     return {

@@ -14,9 +14,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from dppo_bench.config import REPO_ROOT, ConfigError, Strict, read_yaml, validate
+from dppo_bench.config import EVAL_DIR, REPO_ROOT, ConfigError, Strict, read_yaml, validate
 
-EVAL_DIR = REPO_ROOT / "eval"
 DATASETS_DIR = REPO_ROOT / "recipes" / "datasets"
 ID_PATTERN = re.compile(r"^[a-z0-9_]+$")
 SHA256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]

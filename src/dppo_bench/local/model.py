@@ -8,6 +8,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from dppo_bench.io import write_checksums
+
 
 def build_model(arch: dict, tokenizer: PreTrainedTokenizerFast, seed: int) -> LlamaForCausalLM:
     """A randomly initialised model; ``arch`` holds LlamaConfig fields (hidden_size, ...)."""
@@ -33,7 +35,8 @@ def load_model(path: Path, dtype: torch.dtype = torch.float32) -> torch.nn.Modul
 def save_model(
     model: torch.nn.Module, tokenizer: PreTrainedTokenizerFast, path: Path, extra: dict[str, bytes] | None = None
 ) -> None:
-    """Write an HF checkpoint dir (plus ``extra`` files) atomically: it appears whole or not at all."""
+    """Write an HF checkpoint dir (plus ``extra`` files) atomically: it appears whole or not at all, with the sha256
+    of every file in its SHA256SUMS."""
     tmp = path.with_name(path.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -41,6 +44,7 @@ def save_model(
     tokenizer.save_pretrained(tmp)
     for name, data in (extra or {}).items():
         (tmp / name).write_bytes(data)
+    write_checksums(tmp)
     if path.exists():
         shutil.rmtree(path)
     tmp.replace(path)

@@ -12,6 +12,7 @@ resumed from a checkpoint replays exactly the steps an uninterrupted run would h
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -25,6 +26,7 @@ from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 from dppo_bench import canonical
 from dppo_bench.config import MethodRecipe, Setting
 from dppo_bench.eval.grading import grade
+from dppo_bench.io import CorruptFileError, verify_checksums
 from dppo_bench.local.batching import decode_responses, prompt_ids
 from dppo_bench.local.model import load_model, save_model
 from dppo_bench.local.rollout import RolloutBatch, RolloutEngine
@@ -34,6 +36,7 @@ from dppo_bench.methods import get_mask
 from dppo_bench.mismatch import entropy_mean, mismatch_stats
 from dppo_bench.rundir import RunDir
 
+STATE_FILE = "trainer_state.pt"  # the optimizer's state, in each checkpoint directory
 MIN_STATS = {"pi_mu_diff_min"}
 MAX_STATS = {"pi_mu_abs_diff_max", "pi_mu_diff_max", "is_ratio_max"}
 
@@ -78,14 +81,27 @@ class LocalTrainer:
         torch.set_num_threads(self.local.threads)
 
     # -- state -------------------------------------------------------------------------------
-    def _state_path(self) -> Path:
-        return self.dir.checkpoints / "trainer_state.pt"
-
     def _load(self) -> int:
-        """Policy, optimizer and engine, from the last checkpoint if there is one; returns its step."""
-        state = torch.load(self._state_path(), weights_only=False) if self._state_path().exists() else None
-        step = state["step"] if state else 0
-        source = self.dir.checkpoint_dir(step) if state else self.run.base_model
+        """Policy, optimizer and engine, from the last checkpoint if there is one; returns its step.
+
+        The checkpoint must be intact (every file its SHA256SUMS lists, with that sha256) and metrics.jsonl must
+        hold exactly the rows 1..step it covers: anything else is refused with the file named, never trained on.
+        """
+        saved = self.dir.saved_steps()
+        step = saved[-1] if saved else 0
+        source = self.dir.checkpoint_dir(step) if saved else self.run.base_model
+        state = None
+        if saved:
+            verify_checksums(source)
+            state = torch.load(source / STATE_FILE, weights_only=True)
+            if state.get("step") != step:
+                raise CorruptFileError(f"{source / STATE_FILE}: holds step {state.get('step')}, not {step}")
+        kept = [r["step"] for r in self.dir.read_metrics() if r["step"] <= step]
+        if kept != list(range(1, step + 1)):
+            raise CorruptFileError(
+                f"{self.dir.metrics}: the rows of steps 1..{step} (covered by {source}) are not all there exactly "
+                f"once (found steps {_ranges(kept)}); the file is damaged or was written by two trainers"
+            )
         self.policy = load_model(source).train()
         from transformers import AutoTokenizer
 
@@ -103,12 +119,12 @@ class LocalTrainer:
             self.log_rows(rows)
 
     def _checkpoint(self, step: int, rows: list[dict]) -> None:
-        """Rows first, then the model, then the state file that commits them (see rundir)."""
+        """Rows first, then the checkpoint that commits them: model, tokenizer and optimizer state in one directory
+        with their sha256s, renamed into place whole (see rundir)."""
         self._record(rows)
-        save_model(self.policy, self.tokenizer, self.dir.checkpoint_dir(step))
-        tmp = self._state_path().with_suffix(".tmp")
-        torch.save({"step": step, "optimizer": self.opt.state_dict()}, tmp)
-        tmp.replace(self._state_path())
+        state = io.BytesIO()
+        torch.save({"step": step, "optimizer": self.opt.state_dict()}, state)
+        save_model(self.policy, self.tokenizer, self.dir.checkpoint_dir(step), extra={STATE_FILE: state.getvalue()})
 
     # -- one step ----------------------------------------------------------------------------
     def _prompts(self, step: int) -> list[dict]:
@@ -253,3 +269,14 @@ def _reduce(name: str, values: list[float]) -> float:
     if name in MAX_STATS:
         return max(values)
     return sum(values) / len(values)
+
+
+def _ranges(steps: list[int]) -> str:
+    """1,2,3,5,6 -> "1-3, 5-6" (a damaged file's steps, short enough for a message)."""
+    parts: list[list[int]] = []
+    for s in steps:
+        if parts and s == parts[-1][1] + 1:
+            parts[-1][1] = s
+        else:
+            parts.append([s, s])
+    return ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in parts) or "none"

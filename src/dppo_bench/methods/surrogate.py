@@ -64,6 +64,9 @@ def surrogate_loss(
         weight = ratio if is_cap is None else ratio.clamp(max=is_cap)
         masked = rule(tokens, low, high) & response_mask
         coef = (advantages * weight).mul_((~masked).to(weight.dtype)).to(log_prob.dtype)
+    # A token the policy gives probability 0 (log pi = -inf) adds nothing and gets no gradient, as its clamped
+    # ratio gets none in verl's vanilla loss; left in, its value would make the loss -inf * coef (inf or nan).
+    log_prob = log_prob.masked_fill(torch.isneginf(log_prob), 0.0)
     loss = agg_loss(-coef * log_prob, response_mask, loss_agg_mode, **(batch_info or {}))
     mu = tokens.anchor if log_anchor is log_mu else log_mu.exp()
     return loss, token_stats(tokens, mu, ratio, masked, response_mask, is_cap)
@@ -84,6 +87,8 @@ def token_stats(
     multiply by the 0/1 mask, and padding is kept out of min/max by filling it with the mean
     of the valid tokens (which lies between their min and max).
     """
+    if response_mask.numel() == 0:  # no response tokens at all: every count and mean is zero, as with all masked
+        return dict.fromkeys(STAT_NAMES, 0.0)
     valid = response_mask
     pos, neg = tokens.up & valid, tokens.down & valid
     diff = tokens.pi - mu

@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -34,9 +35,10 @@ from dppo_bench import canonical
 from dppo_bench.commands.train import file_sha256, start_record
 from dppo_bench.config import ConfigError, MethodRecipe, Setting
 from dppo_bench.rundir import RunDir
+from dppo_bench.runlock import run_lock
 from dppo_bench.verl_plugin.patches import PINNED_VERL
 from dppo_bench.verl_plugin.records import MetricMap, apply_attempt
-from dppo_bench.verl_plugin.run_config import PLUGIN_MODULE, RunPaths, run_overrides
+from dppo_bench.verl_plugin.run_config import PLUGIN_MODULE, RunPaths, device_env, run_overrides
 from dppo_bench.verl_plugin.slurm import ClusterError, RayOnSlurm, SlurmJob, driver_command, plan_cluster
 
 MAIN_PPO = (sys.executable, "-m", "verl.trainer.main_ppo")
@@ -256,7 +258,13 @@ def run_trainer(
 
 
 def launch(run: VerlRun, *, trainer: Callable[..., tuple[int, dict]] = run_trainer) -> dict:
-    """One attempt of the run (see the module docstring); returns its outcome."""
+    """One attempt of the run (see the module docstring); returns its outcome. The run's lock is held from its
+    first write to its last (:mod:`dppo_bench.runlock`)."""
+    with ExitStack() as held:
+        return _attempt(run, trainer, held)
+
+
+def _attempt(run: VerlRun, trainer: Callable[..., tuple[int, dict]], held: ExitStack) -> dict:
     from dppo_bench.provenance import now
 
     verl_version = metadata.version("verl")
@@ -267,6 +275,7 @@ def launch(run: VerlRun, *, trainer: Callable[..., tuple[int, dict]] = run_train
     data = data_records(s, run.train_data, run.val_data)
     metric_map = MetricMap.for_benchmarks(s.eval.benchmarks)
     model, snapshot = model_record(s)
+    held.enter_context(run_lock(run.run_dir.path))
     run.run_dir.create()
     start_record(run.run_dir, s, run.recipe, run.seed, data)
     fold_pending(run.run_dir, metric_map)
@@ -289,7 +298,7 @@ def launch(run: VerlRun, *, trainer: Callable[..., tuple[int, dict]] = run_train
     run.logs.mkdir(exist_ok=True)
     paths.metrics_log.write_bytes(b"")  # fresh: verl would truncate it anyway
 
-    env = {**run.env, "VERL_FILE_LOGGER_PATH": str(paths.metrics_log), "PYTHONUNBUFFERED": "1"}
+    env = {**run.env, **device_env(s), "VERL_FILE_LOGGER_PATH": str(paths.metrics_log), "PYTHONUNBUFFERED": "1"}
     env["VERL_USE_EXTERNAL_MODULES"] = _with_plugin(run.env.get("VERL_USE_EXTERNAL_MODULES", ""))
     env["WANDB_MODE"] = wandb_mode
     print(f"attempt {k} of {s.id}/{run.recipe.id}/seed{run.seed}, resuming from step {resumed}", flush=True)
