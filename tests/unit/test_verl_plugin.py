@@ -243,7 +243,8 @@ def test_external_modules_fallback_registers_without_entry_points():
     cases = {name: (0.1, 0.1, 1e4, False)}
     off = run_fresh(cases, {"VERL_USE_EXTERNAL_PLUGINS": "none", "VERL_USE_EXTERNAL_MODULES": ""})
     assert name not in off["registered"]
-    on = run_fresh(cases, {"VERL_USE_EXTERNAL_PLUGINS": "none", "VERL_USE_EXTERNAL_MODULES": "dppo_bench.verl_plugin.entry"})
+    modules = {"VERL_USE_EXTERNAL_MODULES": "dppo_bench.verl_plugin.entry"}
+    on = run_fresh(cases, {"VERL_USE_EXTERNAL_PLUGINS": "none", **modules})
     assert name in on["registered"] and name in on
 
 

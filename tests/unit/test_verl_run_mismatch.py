@@ -15,8 +15,8 @@ import transfer_queue
 from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 
-from dppo_bench.config import find_method, find_setting
 from dppo_bench import canonical
+from dppo_bench.config import find_method, find_setting
 from dppo_bench.verl_plugin import mismatch
 from dppo_bench.verl_plugin.compose import compose_ppo_config
 from dppo_bench.verl_plugin.run_config import RunPaths, run_overrides
