@@ -74,7 +74,12 @@ def base_model(w):
 
 
 def eval_data(w):
-    return f"results/data/tiny/{base_of(w)}/heldout.jsonl"
+    """The problems a local run is evaluated on: for the benchmark the tiny task generates (tiny_arith), the held-out
+    split of the run's own base setting (its task); for any other, the benchmark's own prepared problem set."""
+    local = BENCHMARKS[w.benchmark].sources.local
+    if local is not None and local.path.startswith("results/data/tiny/"):
+        return f"results/data/tiny/{base_of(w)}/{os.path.basename(local.path)}"
+    return prepared(w.benchmark, "problems.jsonl")
 
 
 def eval_steps(w):
