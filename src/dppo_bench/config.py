@@ -44,6 +44,7 @@ class Hyperparameters(Strict):
     delta: Threshold | None = None  # divergence threshold (TV or KL)
     eps_low: Threshold | None = None  # ratio clip, negative-advantage side: r < 1 - eps_low
     eps_high: Threshold | None = None  # ratio clip, positive-advantage side: r > 1 + eps_high
+    alpha: Annotated[float, Field(ge=0.0, le=1.0)] | None = None  # Sec. 6: no clip where mu < alpha
     is_cap: Annotated[float, Field(ge=1.0)] | None  # C in min(pi/mu, C); null = no cap (required)
 
     def values(self) -> dict[str, float | None]:

@@ -10,6 +10,7 @@ resumed from a checkpoint replays exactly the steps an uninterrupted run would h
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from dppo_bench.local.model import load_model, response_logits, save_model
 from dppo_bench.local.rollout import RolloutBatch, RolloutEngine
 from dppo_bench.local.task import read_jsonl
 from dppo_bench.methods import get_mask, surrogate_loss
+from dppo_bench.methods.masked_tokens import MaskedTokenCounts
 from dppo_bench.rundir import RunDir
 
 MIN_STATS = {"pi_mu_diff_min"}
@@ -69,6 +71,7 @@ class LocalTrainer:
         self.rule = get_mask(r.mask)
         hp = r.profile(s.hyperparameter_profile)
         self.low, self.high = self.rule.low_high(hp.values())
+        self.alpha = self.rule.alpha(hp.values())
         self.is_cap = hp.is_cap
         self.recompute = r.anchor == "recompute"
         self.batch_info = {"loss_scale_factor": s.train.max_response_length} if s.loss_agg_mode.endswith("norm") else {}
@@ -97,8 +100,8 @@ class LocalTrainer:
 
     def _record(self, rows: list[dict]) -> None:
         self.dir.append_metrics(rows)
-        if self.log_rows is not None and rows:
-            self.log_rows(rows)
+        if self.log_rows is not None and rows:  # scalars only: the token counts stay in metrics.jsonl
+            self.log_rows([{k: v for k, v in row.items() if not isinstance(v, dict)} for row in rows])
 
     def _checkpoint(self, step: int, rows: list[dict]) -> None:
         """Rows first, then the model, then the state file that commits them (see rundir)."""
@@ -169,8 +172,11 @@ class LocalTrainer:
         t_recompute = time.perf_counter()
 
         stats, mismatch, entropy, losses, norms = [], {}, [], [], []
+        masked_tokens = MaskedTokenCounts()
         for i, idx in enumerate(torch.randperm(len(prompts), generator=g).chunk(self.train.mini_batches)):
             log_pi, logp = self._log_probs(ids[idx], attn[idx], L, roll.response_ids[idx])
+            with torch.no_grad():
+                ent = -(logp.exp() * logp).sum(-1)
             mu = roll.mu_logprobs[idx]
             topk = None
             if self.rule.topk_kind:
@@ -185,10 +191,13 @@ class LocalTrainer:
                 response_mask=mask[idx],
                 low=self.low,
                 high=self.high,
+                alpha=self.alpha,
                 is_cap=self.is_cap,
                 loss_agg_mode=self.run.setting.loss_agg_mode,
                 topk_divergence=topk,
                 batch_info=self.batch_info,
+                entropy=ent,
+                on_masked=lambda m, idx=idx: masked_tokens.add(roll.response_ids[idx], m, adv[idx]),
             )
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"step {step}: the loss is {loss.item()} (mini-batch {i})")
@@ -200,9 +209,7 @@ class LocalTrainer:
             stats.append(st)
             if i == 0:  # no update yet: pi is at the rollout's parameters theta'
                 mismatch = {canonical.MISMATCH[k]: st[k] for k in canonical.MISMATCH}
-            with torch.no_grad():
-                ent = -(logp.exp() * logp).sum(-1)
-                entropy.append((ent[mask[idx]].sum().item(), int(mask[idx].sum())))
+            entropy.append((ent[mask[idx]].sum().item(), int(mask[idx].sum())))
         t_end = time.perf_counter()
         return {
             "step": step,
@@ -211,6 +218,8 @@ class LocalTrainer:
             canonical.ENTROPY_MEAN: sum(e for e, _ in entropy) / max(1, sum(n for _, n in entropy)),
             **mismatch,
             **{canonical.SURROGATE_STATS[k]: _reduce(k, [s[k] for s in stats]) for k in stats[0]},
+            canonical.ROLLOUT_TOPK_MASS: roll.mu_topk_logprobs.exp().sum(-1)[mask].mean().item(),
+            canonical.MASKED_TOKENS: masked_tokens.as_record(),
             "train/loss": sum(losses) / len(losses),
             "train/grad_norm": sum(norms) / len(norms),
             canonical.STEP_SECONDS: t_end - t0,
@@ -245,8 +254,10 @@ class LocalTrainer:
 
 
 def _reduce(name: str, values: list[float]) -> float:
+    """Over the mini-batches; a mean skips those where the statistic is undefined (NaN: nothing masked)."""
     if name in MIN_STATS:
         return min(values)
     if name in MAX_STATS:
         return max(values)
-    return sum(values) / len(values)
+    defined = [v for v in values if not math.isnan(v)]
+    return sum(defined) / len(defined) if defined else math.nan
