@@ -125,7 +125,8 @@ def test_fig6_fig12_and_appendix_d_statistics_are_recorded(tmp_path, monkeypatch
     # between mini-batches for GRPO's clip to act
     setting_path = write_setting(tmp_path, steps=3, save_every=3, lr=0.05)
     base, train = build_run_inputs(tmp_path, setting_path)
-    monkeypatch.setattr(LocalTrainer, "_rewards", lambda self, roll, problems: (torch.arange(len(roll.mu_logprobs)) % 2).float())
+    alternating = lambda self, roll, problems: (torch.arange(len(roll.mu_logprobs)) % 2).float()  # noqa: E731
+    monkeypatch.setattr(LocalTrainer, "_rewards", alternating)
     fit((load_setting(setting_path), base, train), "grpo_clip_higher", tmp_path / "run")
     rows = RunDir(tmp_path / "run").read_metrics()
     for row in rows:
