@@ -17,7 +17,8 @@ alone, and None by default, so a run that forgot to set it fails instead of rela
 
 Top-K modes also need the per-token top-K divergence, which verl's loss signature cannot carry:
 the trainer's forward computes it and the patched ``ppo_loss`` exposes it for the duration of the
-call (:mod:`dppo_bench.verl_plugin.topk`).
+call (:mod:`dppo_bench.verl_plugin.topk`); pi's per-token entropy (for the statistics of the
+masked tokens) arrives the same way.
 """
 
 from __future__ import annotations
@@ -99,6 +100,16 @@ def _topk_divergence(rule: MaskRule, log_prob: torch.Tensor) -> torch.Tensor:
     return topk.to(log_prob.device)
 
 
+def _entropy(log_prob: torch.Tensor) -> torch.Tensor | None:
+    """pi's per-token entropy of this ``ppo_loss`` call, when the engine computed it (calculate_entropy)."""
+    from dppo_bench.verl_plugin.topk.loss import current_entropy
+
+    entropy = current_entropy()
+    if entropy is not None and entropy.shape != log_prob.shape:
+        raise RuntimeError(f"entropy {tuple(entropy.shape)} does not match log_prob {tuple(log_prob.shape)}")
+    return entropy
+
+
 @torch.no_grad()
 def topk_stats(topk: torch.Tensor, response_mask: torch.Tensor) -> dict[str, float]:
     """Mean and max of the top-K divergence over the response tokens (one host sync)."""
@@ -138,6 +149,7 @@ def make_verl_loss(rule: MaskRule):
             loss_agg_mode=loss_agg_mode,
             topk_divergence=topk,
             batch_info=dict(config.global_batch_info),
+            entropy=_entropy(log_prob),
         )
         if topk is not None:
             stats.update(topk_stats(topk, response_mask.bool()))
