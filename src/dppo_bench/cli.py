@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "evaluate_verl",
     "aggregate",
     "experiments",
+    "plan",
 ]
 
 
