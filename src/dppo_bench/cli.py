@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "aggregate",
     "experiments",
     "plan",
+    "probe",
 ]
 
 
