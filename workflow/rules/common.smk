@@ -44,8 +44,14 @@ def run_targets(setting, method, seed):
 
 
 def experiment_inputs(w):
-    keys = EXPERIMENTS[w.experiment].run_keys(lambda s: SETTINGS[s].seeds)
-    return [t for key in keys for t in run_targets(*key)]
+    experiment = EXPERIMENTS[w.experiment]
+    keys = experiment.run_keys(lambda s: SETTINGS[s].seeds)
+    return [t for key in keys for t in run_targets(*key)] + [probe_record(s) for s in experiment.probes]
+
+
+def probe_record(setting):
+    """Fig. 2's mismatch probe of one setting (one rollout batch, no training)."""
+    return f"results/probes/{setting}/mismatch.npz"
 
 
 def experiment_targets(ids):

@@ -83,6 +83,8 @@ def with_topk_divergence(original):
         if entropy is not None:
             entropy = no_padding_2_padding(entropy, data)
         mass = rollout_topk_mass(data) if TOPK_LOGPROBS in data.keys() else None
+        if topk is not None:
+            _probe_dump(model_output, data, topk)
         token = _CURRENT.set(LossInputs(topk, entropy))
         try:
             loss, metrics = original(config, model_output, data, dp_group)
@@ -95,6 +97,21 @@ def with_topk_divergence(original):
         return loss, metrics
 
     return ppo_loss
+
+
+def _probe_dump(model_output, data, topk: torch.Tensor) -> None:
+    """Fig. 2's probe run (dppo_bench.verl_plugin.probe) writes this call's tokens; any other run returns at once."""
+    import os
+
+    from dppo_bench.verl_plugin.probe import PROBE_DIR_ENV, dump_if_probing
+
+    if not os.environ.get(PROBE_DIR_ENV):
+        return
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    padded = data.select("old_log_probs", "response_mask").to_padded_tensor()
+    log_prob = no_padding_2_padding(model_output["log_probs"], data)
+    dump_if_probing(log_prob, padded["old_log_probs"], topk, padded["response_mask"])
 
 
 def _divergence_key(rule: MaskRule, model_output) -> str:
