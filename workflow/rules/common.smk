@@ -5,6 +5,7 @@ import os
 from snakemake.utils import validate
 
 from dppo_bench import config as dc
+from dppo_bench.plan import PROBE_RUNTIME_MIN
 
 validate(config, "../schemas/config.schema.yaml")
 

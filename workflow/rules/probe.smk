@@ -20,8 +20,8 @@ rule probe_mismatch_local:
         " --train-data {input.train} > {log} 2>&1"
 
 
-# Verl settings: a one-step run of verl's trainer on the setting's cluster shape (dppo_bench.verl_plugin.probe);
-# an hour is ample for one rollout batch and one forward, model loading included.
+# Verl settings: a one-step run of verl's trainer on the setting's cluster shape (dppo_bench.verl_plugin.probe),
+# under the probe's time limit (dppo_bench.plan.PROBE_RUNTIME_MIN, the one `dppo-bench plan` budgets).
 rule probe_mismatch_verl:
     input:
         setting=setting_file,
@@ -36,7 +36,7 @@ rule probe_mismatch_verl:
     resources:
         nodes=verl_nodes,
         gpu=verl_gpus,
-        runtime=60,
+        runtime=PROBE_RUNTIME_MIN,
         mpi=verl_mpi,
         tasks_per_node=verl_tasks_per_node,
     conda:

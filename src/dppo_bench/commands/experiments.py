@@ -15,11 +15,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     readme.set_defaults(func=write_readme)
 
 
+def settings_of(experiment) -> list[str]:
+    """The settings an experiment trains or probes, in yaml order."""
+    return list(dict.fromkeys([*(g.setting for g in experiment.runs), *experiment.probes]))
+
+
 def run_command(experiment) -> str:
     """How to build it: on this machine for local-backend settings, through SLURM once any setting needs verl."""
     from dppo_bench.config import find_setting
 
-    backends = {find_setting(g.setting).backend for g in experiment.runs}
+    backends = {find_setting(s).backend for s in settings_of(experiment)}
     how = "--profile profiles/slurm" if "verl" in backends else "--cores 2"
     return f"snakemake {how} {experiment.id}"
 
@@ -29,7 +34,7 @@ def budget(experiment) -> str:
     from dppo_bench.config import find_setting
     from dppo_bench.plan import experiment_gpu_hours
 
-    settings = {g.setting: find_setting(g.setting) for g in experiment.runs}
+    settings = {s: find_setting(s) for s in settings_of(experiment)}
     if all(s.backend == "local" for s in settings.values()):
         return "CPU"
     return f"{experiment_gpu_hours(experiment, settings):,.0f}"
@@ -50,7 +55,8 @@ def render_index() -> str:
     for path in sorted(EXPERIMENTS_DIR.glob("*.yaml")):
         e = load_experiment(path)
         runs = len(e.run_keys(lambda s: find_setting(s).seeds))
-        settings = ", ".join(dict.fromkeys(g.setting for g in e.runs))
+        runs = f"{runs}" if not e.probes else f"{len(e.probes)} probe(s)"
+        settings = ", ".join(settings_of(e))
         lines.append(f"| `{e.id}` | {e.paper_item} | {runs} | {settings} | {budget(e)} | `{run_command(e)}` |")
     lines += [
         "",

@@ -10,6 +10,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("plan", help="what an experiment costs (GPU-hours, CPU-minutes) and what is done")
     p.add_argument("experiment")
     p.add_argument("--runs", type=Path, default=Path("results/runs"), help="root of the run directories")
+    p.add_argument("--probes", type=Path, default=Path("results/probes"), help="root of the mismatch probe records")
     p.set_defaults(func=show_plan)
 
 
@@ -54,7 +55,7 @@ def show_plan(args: argparse.Namespace) -> int:
     from dppo_bench.plan import plan
 
     experiment = find_experiment(args.experiment)
-    settings = {g.setting: find_setting(g.setting) for g in experiment.runs}
+    settings = {s: find_setting(s) for s in [*(g.setting for g in experiment.runs), *experiment.probes]}
     methods = {m: find_method(m) for g in experiment.runs for m in g.methods}
-    print(render(experiment, plan(experiment, settings, methods, args.runs)), end="")
+    print(render(experiment, plan(experiment, settings, methods, args.runs, args.probes)), end="")
     return 0
