@@ -14,18 +14,22 @@ from pathlib import Path
 from dppo_bench import canonical
 from dppo_bench.aggregate.collect import Run
 from dppo_bench.config import Experiment, Setting
-from dppo_bench.methods.masked_tokens import SIDES, top_tokens
+from dppo_bench.methods.masked_tokens import RUN_DIR_NAME, SIDES, read_rank_files, top_tokens
 from dppo_bench.rundir import RunDir
 
 SIDE_TITLES = {"pos": "A > 0 (r > 1 + ε_high)", "neg": "A < 0 (r < 1 − ε_low)"}
 
 
 def step_counts(run_dir: RunDir, steps: list[int] | None) -> list[dict]:
-    """The recorded counts of the chosen steps (every step with counts when ``steps`` is None)."""
-    rows = [r for r in run_dir.read_metrics() if isinstance(r.get(canonical.MASKED_TOKENS), dict)]
-    if steps is not None:
-        rows = [r for r in rows if r["step"] in steps]
-    return [r[canonical.MASKED_TOKENS] for r in rows]
+    """The recorded counts of the chosen steps (every step with counts when ``steps`` is None): the local backend's
+    metrics rows, or the verl backend's per-rank files up to the last step its metrics record."""
+    rows = run_dir.read_metrics()
+    by_step = {r["step"]: r[canonical.MASKED_TOKENS] for r in rows if isinstance(r.get(canonical.MASKED_TOKENS), dict)}
+    verl_dir = run_dir.path / RUN_DIR_NAME
+    if verl_dir.is_dir():
+        last = max((r["step"] for r in rows), default=0)
+        by_step.update({s: c for s, c in read_rank_files(verl_dir).items() if s <= last})
+    return [by_step[s] for s in sorted(by_step) if steps is None or s in steps]
 
 
 def tokenizer_of(run_dir: RunDir, setting: Setting):

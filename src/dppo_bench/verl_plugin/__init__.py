@@ -22,7 +22,7 @@ import logging
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, register_policy_loss
 
 from dppo_bench.methods import get_mask, mask_names
-from dppo_bench.verl_plugin import mismatch
+from dppo_bench.verl_plugin import masked_tokens, mismatch
 from dppo_bench.verl_plugin.losses import make_verl_loss
 from dppo_bench.verl_plugin.topk.install import VerlVersionError, install
 
@@ -46,6 +46,7 @@ register_all()
 try:  # the Top-K plumbing and the mismatch pass: patches of verl 0.9.1 applied as their modules are imported
     install()
     mismatch.install()
+    masked_tokens.install()  # App. D's counts of masked token ids, in runs that set their directory
 except VerlVersionError as err:  # verl logs a failed plugin import at debug level only: say it louder
     logging.getLogger(__name__).error("%s", err)
     raise

@@ -110,6 +110,17 @@ def _entropy(log_prob: torch.Tensor) -> torch.Tensor | None:
     return entropy
 
 
+def _on_masked(advantages: torch.Tensor):
+    """Counts the masked tokens' ids while the step collects them (App. D); None otherwise."""
+    from dppo_bench.verl_plugin.masked_tokens import current_counter
+    from dppo_bench.verl_plugin.topk.loss import current_response_ids
+
+    counter, ids = current_counter(), current_response_ids()
+    if counter is None or ids is None:
+        return None
+    return lambda masked: counter.add(ids.to(masked.device), masked, advantages)
+
+
 @torch.no_grad()
 def topk_stats(topk: torch.Tensor, response_mask: torch.Tensor) -> dict[str, float]:
     """Mean and max of the top-K divergence over the response tokens (one host sync)."""
@@ -150,6 +161,7 @@ def make_verl_loss(rule: MaskRule):
             topk_divergence=topk,
             batch_info=dict(config.global_batch_info),
             entropy=_entropy(log_prob),
+            on_masked=_on_masked(advantages),
         )
         if topk is not None:
             stats.update(topk_stats(topk, response_mask.bool()))

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dppo_bench.config import MethodRecipe, Setting
+from dppo_bench.methods.masked_tokens import RUN_DIR_NAME as MASKED_TOKENS_RUN_DIR
 from dppo_bench.verl_plugin.overrides import ACTOR, method_overrides
 
 ROLLOUT = "actor_rollout_ref.rollout"
@@ -19,6 +20,7 @@ ENV = "+ray_kwargs.ray_init.runtime_env.env_vars"
 REWARD_FUNCTION = Path(__file__).resolve().parents[1] / "eval" / "verl_reward.py"
 PROJECT = "dppo-bench"
 MISMATCH_EVERY_KEY = "dppo_bench_mismatch_every"  # in rollout.custom, verl's free extension dict
+MASKED_TOKENS_DIR_ENV = "DPPO_BENCH_MASKED_TOKENS_DIR"  # read by dppo_bench.verl_plugin.masked_tokens
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,7 @@ def run_overrides(
         # every Ray worker imports verl and hence our plugin; the env var is the belt to those braces
         f"{ENV}.VERL_USE_EXTERNAL_MODULES=dppo_bench.verl_plugin",
         f"{ENV}.VERL_FILE_LOGGER_PATH={paths.metrics_log}",
+        f"{ENV}.{MASKED_TOKENS_DIR_ENV}={paths.run_dir / MASKED_TOKENS_RUN_DIR}",  # App. D (verl_plugin.masked_tokens)
     ]
     if setting.loss_agg_mode.endswith("-norm"):  # a constant normaliser, not each micro-batch's padded length
         overrides.append(f"{ACTOR}.loss_scale_factor={t.max_response_length}")

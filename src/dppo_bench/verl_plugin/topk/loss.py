@@ -7,7 +7,8 @@ our loss modes it slices both to the response layout with verl's own ``no_paddin
 (the same call that produces ``log_prob``, so they align token for token) and exposes them for
 exactly the duration of that one ``ppo_loss`` call; the registered loss reads them with
 :func:`current_topk_divergence` and :func:`current_entropy` (the entropy of the masked tokens,
-Fig. 6). When the micro-batch carries the rollout's top-K, the wrapper also adds the mean
+Fig. 6), and the response ids with :func:`current_response_ids` while a step counts its masked
+tokens (App. D). When the micro-batch carries the rollout's top-K, the wrapper also adds the mean
 probability mass of mu's kept set (Fig. 12) to the returned metrics. verl's own loss modes go
 straight to verl's function.
 
@@ -34,6 +35,7 @@ TOPK_MASS_METRIC = "actor/rollout_topk_mass_mean"
 class LossInputs(NamedTuple):
     topk_divergence: torch.Tensor | None
     entropy: torch.Tensor | None
+    response_ids: torch.Tensor | None  # only while masked tokens are counted (dppo_bench.verl_plugin.masked_tokens)
 
 
 _CURRENT: ContextVar[LossInputs | None] = ContextVar("dppo_bench_loss_inputs", default=None)
@@ -49,6 +51,12 @@ def current_entropy() -> torch.Tensor | None:
     """pi's (batch, response_len) entropy of the ``ppo_loss`` call in progress, if the engine computed it."""
     inputs = _CURRENT.get()
     return None if inputs is None else inputs.entropy
+
+
+def current_response_ids() -> torch.Tensor | None:
+    """The (batch, response_len) token ids of the ``ppo_loss`` call in progress, while masked tokens are counted."""
+    inputs = _CURRENT.get()
+    return None if inputs is None else inputs.response_ids
 
 
 def our_rule(loss_mode: str) -> MaskRule | None:
@@ -85,7 +93,10 @@ def with_topk_divergence(original):
         mass = rollout_topk_mass(data) if TOPK_LOGPROBS in data.keys() else None
         if topk is not None:
             _probe_dump(model_output, data, topk)
-        token = _CURRENT.set(LossInputs(topk, entropy))
+        from dppo_bench.verl_plugin.masked_tokens import current_counter
+
+        ids = data.select("responses").to_padded_tensor()["responses"] if current_counter() is not None else None
+        token = _CURRENT.set(LossInputs(topk, entropy, ids))
         try:
             loss, metrics = original(config, model_output, data, dp_group)
         finally:
