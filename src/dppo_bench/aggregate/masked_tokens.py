@@ -75,7 +75,7 @@ def token_rows(
 def to_markdown(experiment: Experiment, runs: list[Run], rows: list[dict]) -> str:
     steps = experiment.masked_tokens.steps
     where = "every step" if steps is None else f"step(s) {', '.join(map(str, steps))}"
-    lines = [f"# {experiment.title} [{experiment.paper_item}]", "", f"Counts summed over {where}.", ""]
+    lines = [f"# {experiment.title} [{experiment.paper_item}]", "", f"Counts summed over {where}."]
     for run in runs:
         if not run.usable:
             lines.append(f"- {run.label} (seed {run.seed}): {run.status}")
