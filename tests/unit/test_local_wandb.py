@@ -1,4 +1,4 @@
-"""`dppo-bench train --wandb` on the local backend: every metrics row's scalars reach an offline wandb run in the
+"""`dppo-bench train --wandb` on the local backend: every metrics row's scalars reach an offline wandb run in the run
 directory, and metrics.jsonl (the record) is the one a run without wandb writes."""
 
 import json
