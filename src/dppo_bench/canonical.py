@@ -7,9 +7,18 @@ from __future__ import annotations
 
 # the surrogate's per-step statistics (dppo_bench.methods.STAT_NAMES) -> canonical names
 SURROGATE_STATS = {
+    # Two denominators for the masked ("clipped") fraction; experiments name which one they plot:
+    # over all response tokens (ours, as verl's own pg_clipfrac) ...
     "mask_frac": "tr/mask_frac",
-    "mask_frac_pos": "tr/mask_frac_pos",
-    "mask_frac_neg": "tr/mask_frac_neg",
+    "mask_frac_pos": "tr/mask_frac_pos",  # masked / A > 0 tokens
+    "mask_frac_neg": "tr/mask_frac_neg",  # masked / A < 0 tokens
+    # ... and over tokens with A != 0, as the paper's code (Stable-RL) logs pg_clipfrac and pg_clipfrac_lower
+    "mask_frac_nonzero_adv": "tr/mask_frac_nonzero_adv",
+    "mask_frac_pos_nonzero_adv": "tr/mask_frac_pos_nonzero_adv",
+    "mask_frac_neg_nonzero_adv": "tr/mask_frac_neg_nonzero_adv",
+    # Fig. 6: the rollout probability mu and pi's entropy of the masked tokens (null on a step that masked none)
+    "masked_mu_mean": "tr/masked_mu_mean",
+    "masked_entropy_mean": "tr/masked_entropy_mean",
     "bad_update_frac": "tr/bad_update_frac",
     "is_ratio_mean": "tr/is_ratio_mean",
     "is_ratio_max": "tr/is_ratio_max",
@@ -23,6 +32,11 @@ SURROGATE_STATS = {
 # |pi - mu| of the sampled token at the *same* parameters theta' over the whole rollout batch (pure
 # training-inference mismatch; dppo_bench.mismatch): mean and max of |pi - mu|, min and max of pi - mu
 MISMATCH_STATS = ("mismatch/abs_diff_mean", "mismatch/abs_diff_max", "mismatch/diff_min", "mismatch/diff_max")
+
+# Fig. 12: the mean probability mass of mu's kept top-K set per response token (rollout top-K runs)
+ROLLOUT_TOPK_MASS = "rollout/topk_mass_mean"
+# App. D: token id -> count of the step's masked tokens, {"pos": {...}, "neg": {...}} (dppo_bench.methods.masked_tokens)
+MASKED_TOKENS = "tr/masked_token_counts"
 
 REWARD_MEAN = "train/reward_mean"
 RESPONSE_LENGTH_MEAN = "train/response_length_mean"
@@ -54,6 +68,7 @@ VERL_KEYS = {
     **{f"actor/{stat}": name for stat, name in SURROGATE_STATS.items()},
     "actor/topk_divergence_mean": "tr/topk_divergence_mean",
     "actor/topk_divergence_max": "tr/topk_divergence_max",
+    "actor/rollout_topk_mass_mean": ROLLOUT_TOPK_MASS,
     # wall clock of one training step (rollout, log-probs, update, checkpoint; not the validation)
     "timing_s/step": STEP_SECONDS,
     "timing_s/gen": "perf/rollout_s",

@@ -25,6 +25,8 @@ COMMAND_MODULES = [
     "evaluate_verl",
     "aggregate",
     "experiments",
+    "plan",
+    "probe",
 ]
 
 

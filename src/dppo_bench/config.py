@@ -45,6 +45,7 @@ class Hyperparameters(Strict):
     delta: Threshold | None = None  # divergence threshold (TV or KL)
     eps_low: Threshold | None = None  # ratio clip, negative-advantage side: r < 1 - eps_low
     eps_high: Threshold | None = None  # ratio clip, positive-advantage side: r > 1 + eps_high
+    alpha: Annotated[float, Field(ge=0.0, le=1.0)] | None = None  # Sec. 6: no clip where mu < alpha
     is_cap: Annotated[float, Field(ge=1.0)] | None  # C in min(pi/mu, C); null = no cap (required)
 
     def values(self) -> dict[str, float | None]:
@@ -438,10 +439,19 @@ class RunGroup(Strict):
 
 class Panel(Strict):
     title: str
-    metrics: list[str] = Field(min_length=1)  # one curve per run and metric (e.g. max and min of pi - mu)
+    metrics: list[str] = []  # one curve per run and metric (e.g. max and min of pi - mu)
+    # or a panel of the mismatch probes (Fig. 2): pi/mu or the TV of every probed token against mu
+    probe: Literal["ratio", "tv"] | None = None
+    yscale: Literal["linear", "log"] = "linear"
     smooth: Annotated[float, Field(ge=0.0)] = 0.0  # Gaussian sigma in logged points; the paper: 2, AIME: 0
     ylabel: str | None = None
     setting: str | None = None  # only the runs of this setting (side-by-side panels per setting)
+
+    @model_validator(mode="after")
+    def _check(self) -> Panel:
+        if bool(self.metrics) == (self.probe is not None):
+            raise _FieldError("metrics", "a panel draws either metrics (curves over steps) or a probe, not both")
+        return self
 
 
 class Column(Strict):
@@ -454,6 +464,13 @@ class Column(Strict):
     smooth: Annotated[float, Field(ge=0)] = 0.0  # Gaussian sigma before the statistic (a figure panel's smoothing)
 
 
+class MaskedTokenTable(Strict):
+    """App. D: each run's most frequently masked tokens among A > 0 and A < 0 tokens, decoded."""
+
+    top: PositiveInt = 50
+    steps: list[Annotated[int, Field(ge=1)]] | None = None  # the steps whose counts are summed (null: all)
+
+
 class Experiment(Strict):
     """``experiments/<id>.yaml``: one paper item (figure or table) as data."""
 
@@ -461,17 +478,21 @@ class Experiment(Strict):
     title: str
     paper_item: str  # e.g. "Fig. 3", or "ours" for items the paper does not have
     description: str
-    runs: list[RunGroup] = Field(min_length=1)
+    runs: list[RunGroup] = []
+    probes: list[str] = []  # settings whose mismatch at equal parameters is probed (Fig. 2), without training
     seeds: list[Seed] | None = Field(None, min_length=1)  # default: each setting's seeds
     panels: list[Panel] = []
     columns: list[Column] = []
+    masked_tokens: MaskedTokenTable | None = None  # the table is the runs' masked tokens (App. D)
     panel_columns: PositiveInt = 4  # figure layout: panels per row
 
     @model_validator(mode="after")
     def _check(self) -> Experiment:
         if not ID_PATTERN.match(self.id):
             raise ValueError(f"id {self.id!r} must match [a-z0-9_]+")
-        if not self.panels and not self.columns:
+        if bool(self.runs) == bool(self.probes):
+            raise _FieldError("runs", "an experiment has training runs or mismatch probes (probes), one of the two")
+        if not self.panels and not self.columns and self.masked_tokens is None and not self.probes:
             raise _FieldError("panels", "an experiment needs panels (a figure) or columns (a table)")
         if self.seeds is not None and len(set(self.seeds)) < len(self.seeds):
             raise _FieldError("seeds", f"a seed is listed twice: {self.seeds}")
@@ -483,6 +504,11 @@ class Experiment(Strict):
                     first = listed[group.setting, method]
                     raise _FieldError(where, f"method {method!r} of setting {group.setting!r} is listed at {first} too")
                 listed[group.setting, method] = where
+        for i, panel in enumerate(self.panels):
+            if (panel.probe is not None) != bool(self.probes):
+                raise _FieldError(f"panels.{i}", "probe panels belong to probe experiments, metric panels to runs")
+        if self.masked_tokens is not None and self.columns:
+            raise _FieldError("columns", "the table of a masked_tokens experiment is the token table")
         return self
 
     def run_keys(self, seeds_of: Callable[[str], list[int]]) -> list[tuple[str, str, int]]:
@@ -500,6 +526,9 @@ def load_experiment(path: Path) -> Experiment:
     if "id" in data:
         raise ConfigError(path, "id", "the id is the file name; do not set it")
     experiment = validate(Experiment, {"id": path.stem, **data}, path)
+    for i, setting in enumerate(experiment.probes):
+        if not (SETTINGS_DIR / f"{setting}.yaml").is_file():
+            raise ConfigError(path, f"probes.{i}", f"unknown setting {setting!r}")
     for i, group in enumerate(experiment.runs):
         if not (SETTINGS_DIR / f"{group.setting}.yaml").is_file():
             raise ConfigError(path, f"runs.{i}.setting", f"unknown setting {group.setting!r}")

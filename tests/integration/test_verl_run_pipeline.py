@@ -15,8 +15,9 @@ EXPERIMENT_IDS = sorted(p.stem for p in EXPERIMENTS_DIR.glob("*.yaml"))
 
 
 def expected_jobs(experiment_id: str) -> dict[str, int]:
-    """What the experiment's yaml implies: one training per run, one evaluation per run and benchmark, data
-    preparation per distinct dataset, the tables (and a figure with panels) and the target itself."""
+    """What the experiment's yaml implies: one training per run, one evaluation per run and benchmark, one mismatch
+    probe per probed setting, data preparation per distinct dataset, the tables (and a figure with panels) and the
+    target itself."""
     e = load_experiment(EXPERIMENTS_DIR / f"{experiment_id}.yaml")
     counts: dict[str, int] = {}
     data, bases, tiny_data = set(), set(), set()
@@ -30,6 +31,17 @@ def expected_jobs(experiment_id: str) -> dict[str, int]:
             if s.verl.model.path.startswith("results/base/"):  # a tiny base model the pipeline pretrains
                 bases.add(s.verl.model.path.split("/")[2])
                 tiny_data.add("tiny_sanity")  # the tiny task's splits, which the tiny datasets are prepared from
+        else:
+            from dppo_bench.config import base_setting_id
+
+            bases.add(base_setting_id(setting_id))
+            tiny_data.add(base_setting_id(setting_id))
+    for setting_id in e.probes:  # a probe reads what a training run of its setting reads
+        s = find_setting(setting_id)
+        rule = "probe_mismatch_verl" if s.backend == "verl" else "probe_mismatch_local"
+        counts[rule] = counts.get(rule, 0) + 1
+        if s.backend == "verl":
+            data |= {s.verl.train_data, *s.eval.benchmarks}
         else:
             from dppo_bench.config import base_setting_id
 

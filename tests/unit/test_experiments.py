@@ -35,8 +35,34 @@ def test_the_paper_items_are_all_here():
         "Fig. 16",
         "Fig. 17",
         "Fig. 19",
+        "Fig. 2",
+        "Fig. 6",
+        "Fig. 7",
+        "Fig. 18",
+        "App. D",
     ]:
         assert item in items
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (
+            "runs: [{setting: tiny_sanity, methods: [pg_is]}]\nprobes: [tiny_sanity]\npanels: [{title: a, probe: tv}]",
+            "runs",
+        ),
+        ("probes: [tiny_sanity]\npanels: [{title: a, probe: tv, metrics: [x]}]", "metrics"),
+        ("probes: [tiny_sanity]\npanels: [{title: a, metrics: [train/reward_mean]}]", "panels.0"),
+        ("probes: [no_such_setting]\npanels: [{title: a, probe: ratio}]", "probes.0"),
+        ("runs: [{setting: tiny_sanity, methods: [pg_is]}]\npanels: [{title: a, probe: ratio}]", "panels.0"),
+    ],
+)
+def test_probe_experiments_are_validated(tmp_path, body, field):
+    path = tmp_path / "bad.yaml"
+    path.write_text(f"title: t\npaper_item: x\ndescription: d\n{body}\n")
+    with pytest.raises(ConfigError) as err:
+        load_experiment(path)
+    assert err.value.field == field, err.value
 
 
 def test_settings_hold_table_1(tmp_path):

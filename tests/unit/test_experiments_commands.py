@@ -8,9 +8,12 @@ def test_each_experiment_gets_the_command_of_its_backend():
     index = render_index()
     for path in sorted(EXPERIMENTS_DIR.glob("*.yaml")):
         e = load_experiment(path)
-        verl = any(find_setting(g.setting).backend == "verl" for g in e.runs)
+        settings = [g.setting for g in e.runs] + e.probes  # trained or probed
+        verl = any(find_setting(s).backend == "verl" for s in settings)
         expected = f"snakemake --profile profiles/slurm {e.id}" if verl else f"snakemake --cores 2 {e.id}"
         assert run_command(e) == expected
         assert f"| `{expected}` |" in index
     assert "`snakemake --cores 2 tiny_smoke`" in index and "`snakemake --profile profiles/slurm fig3_sanity`" in index
     assert "Add `-n` to any command to plan it" in index
+    assert "| `fig8_moe_base` | Fig. 8 | 8 | moe_base, moe_base_r3 | 18,432 |" in index  # 8 x 4 nodes x 8 GPUs x 72 h
+    assert "| `fig2_mismatch` | Fig. 2 | 1 probe(s) | moe_base | 32 |" in index  # 4 nodes x 8 GPUs x the probe's 1 h

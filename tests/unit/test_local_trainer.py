@@ -152,3 +152,26 @@ def test_nan_in_metrics_is_written_as_null(tmp_path):
     run = RunDir(tmp_path).create()
     run.append_metrics([{"step": 1, "x": float("nan"), "y": float("inf"), "z": 1.5}])
     assert json.loads(run.metrics.read_text()) == {"step": 1, "x": None, "y": None, "z": 1.5}
+
+
+def test_fig6_fig12_and_appendix_d_statistics_are_recorded(tmp_path, monkeypatch):
+    # a random model earns no reward (A = 0: nothing to mask): alternate rewards, and a large lr moves pi enough
+    # between mini-batches for GRPO's clip to act
+    setting_path = write_setting(tmp_path, steps=3, save_every=3, lr=0.05)
+    base, train = build_run_inputs(tmp_path, setting_path)
+    alternating = lambda self, roll, problems: (torch.arange(len(roll.mu_logprobs)) % 2).float()  # noqa: E731
+    monkeypatch.setattr(LocalTrainer, "_rewards", alternating)
+    fit((load_setting(setting_path), base, train), "grpo_clip_higher", tmp_path / "run")
+    rows = RunDir(tmp_path / "run").read_metrics()
+    for row in rows:
+        assert 0.0 < row["rollout/topk_mass_mean"] <= 1.0 + 1e-6
+        assert row["tr/mask_frac_nonzero_adv"] >= row["tr/mask_frac"]  # A = 0 tokens leave the denominator
+        counts = row["tr/masked_token_counts"]
+        assert set(counts) == {"pos", "neg"}
+        masked = sum(counts["pos"].values()) + sum(counts["neg"].values())
+        assert (masked > 0) == (row["tr/mask_frac"] > 0)
+        if masked:
+            assert 0.0 < row["tr/masked_mu_mean"] <= 1.0 and row["tr/masked_entropy_mean"] >= 0.0
+        else:
+            assert row["tr/masked_mu_mean"] is None  # undefined, written as null
+    assert any(r["tr/mask_frac"] > 0 for r in rows), "the run should clip some tokens"

@@ -16,10 +16,11 @@ def masked(name, mu, pi, adv, *, pi_old=None, profile="sanity", topk_divergence=
     """Mask of method recipe ``name`` at its paper values, for tokens given as probabilities."""
     recipe = RECIPES[name]
     rule = get_mask(recipe.mask)
-    low, high = rule.low_high(recipe.profile(profile).values())
+    hp = recipe.profile(profile).values()
+    low, high = rule.low_high(hp)
     anchor = pi_old if recipe.anchor == "recompute" else mu
     t = Tokens(torch.tensor(pi).log(), torch.tensor(anchor).log(), torch.tensor(adv), topk_divergence)
-    return rule(t, low, high).tolist()
+    return rule(t, low, high, rule.alpha(hp)).tolist()
 
 
 # (mu, pi, A): the paper's two tokens (Sec. 4.2), updates pulling back, a bad update, A = 0.
@@ -66,6 +67,37 @@ def test_the_paper_tokens_by_hand():
     # mu 1e-4 -> pi 1e-2: ratio 100 > 1.28 (GRPO clips) but TV 0.0099 and KL 0.0096 pass DPPO
     kl_rare = 1e-4 * math.log(1e-4 / 1e-2) + (1 - 1e-4) * math.log((1 - 1e-4) / (1 - 1e-2))
     assert kl_rare < 0.05
+
+
+# (mu, pi, A) for the efficiency study (Sec. 6, eps 0.2 / 0.28): a rare token's rise and fall, both outside the clip
+RARE_RISE = (0.05, 0.2, 1.0)  # r = 4
+RARE_FALL = (0.05, 0.01, -1.0)  # r = 0.2
+RELAX_CASES = [RARE_TOKEN_RISE, RARE_RISE, RARE_FALL, BIG_RISE, BAD_UPDATE, HIGH_PROB_DROP, SMALL_RISE, ZERO_ADV]
+RELAX_EXPECTED = {  # masked? per case: GRPO's clip, lifted where mu < alpha on the recipe's sides
+    "grpo_relax_both_alpha0p0": [True, True, True, True, True, False, False, False],  # = GRPO-ClipHigher
+    "grpo_relax_both_alpha0p1": [False, False, False, True, True, False, False, False],
+    "grpo_relax_high_alpha0p1": [False, False, True, True, True, False, False, False],
+    "grpo_relax_low_alpha0p1": [True, True, False, True, True, False, False, False],
+    "grpo_relax_both_alpha0p5": [False, False, False, True, True, False, False, False],  # mu = 0.5 is not < 0.5
+    "grpo_relax_both_alpha0p7": [False, False, False, False, True, False, False, False],  # mu 0.9 stays clipped
+}
+
+
+@pytest.mark.parametrize("name", sorted(RELAX_EXPECTED))
+def test_closed_form_relaxed_clips(name):
+    mu, pi, adv = (list(c) for c in zip(*RELAX_CASES, strict=True))
+    assert masked(name, mu, pi, adv, profile="efficiency") == RELAX_EXPECTED[name]
+
+
+def test_relax_at_alpha_zero_is_grpo_clip_higher_token_for_token(gen):
+    log_mu, log_pi, _, adv, _ = random_batch(gen, B=64, T=32, spread=1.0)
+    t = Tokens(log_pi, log_mu, adv)
+    clip = get_mask("grpo_clip_higher")(t, 0.2, 0.28)
+    assert clip.any() and (t.anchor < 0.1).any()
+    for name in ("grpo_relax_both", "grpo_relax_high", "grpo_relax_low"):
+        assert torch.equal(get_mask(name)(t, 0.2, 0.28, 0.0), clip), name
+    with pytest.raises(ValueError, match="needs alpha"):
+        get_mask("grpo_relax_both")(t, 0.2, 0.28)
 
 
 def test_recompute_anchor_masks_on_pi_old_not_mu():
@@ -130,6 +162,7 @@ def test_gradient_is_minus_A_times_capped_ratio_times_mask(gen, name, agg):
     rule = get_mask(recipe.mask)
     hp = next(iter(recipe.hyperparameters.values()))
     low, high = rule.low_high(hp.values())
+    alpha = rule.alpha(hp.values())
     log_mu, log_pi, log_old, adv, mask = random_batch(gen)
     anchor = log_old if recipe.anchor == "recompute" else log_mu
     log_prob = log_pi.clone().requires_grad_()
@@ -143,12 +176,13 @@ def test_gradient_is_minus_A_times_capped_ratio_times_mask(gen, name, agg):
         response_mask=mask,
         low=low,
         high=high,
+        alpha=alpha,
         is_cap=hp.is_cap,
         loss_agg_mode=agg,
     )
     loss.backward()
     assert mu_req.grad is None, "no gradient may flow through mu"
-    M = ~rule(Tokens(log_pi, anchor, adv), low, high)
+    M = ~rule(Tokens(log_pi, anchor, adv), low, high, alpha)
     weight = (log_pi - log_mu).exp()
     if hp.is_cap is not None:
         weight = weight.clamp(max=hp.is_cap)
@@ -216,8 +250,40 @@ def test_statistics_closed_form():
         "is_ratio_mean": (0.8 / 0.99 + 100 + 1 / 3 + 1.2) / 4,
         "is_ratio_max": 100.0,
         "is_capped_frac": 0.0,
+        "mask_frac_nonzero_adv": 2 / 4,  # no A = 0 token here: the same as mask_frac
+        "mask_frac_pos_nonzero_adv": 0 / 4,
+        "mask_frac_neg_nonzero_adv": 2 / 4,
+        "masked_mu_mean": (0.99 + 0.9) / 2,
+        "masked_entropy_mean": math.nan,  # no entropy given
     }
-    assert stats == pytest.approx(expected, rel=1e-4)
+    assert stats == pytest.approx(expected, rel=1e-4, nan_ok=True)
+
+
+def test_fractions_over_nonzero_advantage_and_masked_token_means():
+    # GRPO's clip (0.2 / 0.28) on (mu, pi, A, entropy); A = 0 tokens count in mask_frac's denominator only
+    mu = torch.tensor([[0.05, 0.5, 0.9, 0.4, 0.3, 0.2]])
+    pi = torch.tensor([[0.20, 0.3, 0.9, 0.4, 0.3, 0.9]])  # r = 4 (A > 0: masked), 0.6 (A < 0: masked), 1, 1, 1, 4.5
+    adv = torch.tensor([[1.0, -1.0, 1.0, 0.0, 0.0, 1.0]])
+    entropy = torch.tensor([[2.0, 0.5, 0.1, 3.0, 3.0, 9.0]])
+    mask = torch.tensor([[True, True, True, True, True, False]])  # the last token is padding
+    _, stats = surrogate_loss(
+        get_mask("grpo_clip_higher"),
+        log_prob=pi.log(),
+        mu_log_prob=mu.log(),
+        anchor_log_prob=mu.log(),
+        advantages=adv,
+        response_mask=mask,
+        low=0.2,
+        high=0.28,
+        is_cap=None,
+        entropy=entropy,
+    )
+    assert stats["mask_frac"] == pytest.approx(2 / 5)
+    assert stats["mask_frac_nonzero_adv"] == pytest.approx(2 / 3)
+    assert stats["mask_frac_pos_nonzero_adv"] == pytest.approx(1 / 3)
+    assert stats["mask_frac_neg_nonzero_adv"] == pytest.approx(1 / 3)
+    assert stats["masked_mu_mean"] == pytest.approx((0.05 + 0.5) / 2)
+    assert stats["masked_entropy_mean"] == pytest.approx((2.0 + 0.5) / 2)
 
 
 def test_empty_response_mask_gives_finite_stats():
@@ -234,7 +300,9 @@ def test_empty_response_mask_gives_finite_stats():
         is_cap=None,
         loss_agg_mode="seq-mean-token-sum",
     )
-    assert all(math.isfinite(v) for v in stats.values())
+    undefined = {"masked_mu_mean", "masked_entropy_mean"}  # means over no masked token
+    assert all(math.isfinite(v) for k, v in stats.items() if k not in undefined)
+    assert all(math.isnan(stats[k]) for k in undefined)
 
 
 def test_every_paper_method_has_a_recipe_and_a_rule():

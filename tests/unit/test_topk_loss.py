@@ -114,3 +114,28 @@ def test_a_topk_mode_without_the_engines_divergence_fails_clearly(gen):
     del model_output[DIVERGENCE_KEYS["kl"]]
     with pytest.raises(RuntimeError, match="dppo_topk_kl.*missing"):
         verl_losses.ppo_loss(config("dppo_topk_kl"), model_output, data)
+
+
+def test_entropy_of_masked_tokens_and_rollout_topk_mass_reach_the_step_metrics(gen):
+    """Fig. 6's entropy of masked tokens reads the engine's entropy; Fig. 12's top-K mass reads the batch's top-K."""
+    from dppo_bench.verl_plugin.topk.fields import TOPK_LOGPROBS
+
+    data, model_output, log_pi, log_mu, adv, mask, div = inputs(gen)
+    B, R, K = len(RESPONSES), max(RESPONSES), 3
+    entropy = torch.rand(B, R, generator=gen) * 3
+    mu_topk = torch.log_softmax(torch.randn(B, R, K + 2, generator=gen), -1)[..., :K]  # K of K + 2: mass < 1
+    model_output["entropy"] = torch.nested.as_nested_tensor(
+        [torch.cat([torch.zeros(PROMPT - 1), entropy[i, :n], torch.zeros(1)]) for i, n in enumerate(RESPONSES)],
+        layout=torch.jagged,
+    )
+    data[TOPK_LOGPROBS] = torch.nested.as_nested_tensor(
+        [mu_topk[i, :n] for i, n in enumerate(RESPONSES)], layout=torch.jagged
+    )
+    _, metrics = verl_losses.ppo_loss(config("dppo_topk_tv"), model_output, data)
+    values = {k: m.aggregate() for k, m in metrics.items()}
+    pi, mu = log_pi.exp(), log_mu.exp()
+    masked = (((adv > 0) & (pi > mu)) | ((adv < 0) & (pi < mu))) & (div["tv"] > DELTA) & mask
+    assert masked.any()
+    assert values["actor/masked_entropy_mean"] == pytest.approx(entropy[masked].mean().item(), rel=1e-5)
+    assert values["actor/masked_mu_mean"] == pytest.approx(mu[masked].mean().item(), rel=1e-5)
+    assert values["actor/rollout_topk_mass_mean"] == pytest.approx(mu_topk.exp().sum(-1)[mask].mean().item(), rel=1e-5)

@@ -26,7 +26,7 @@ RECIPES = load_methods()
 NON_TOPK = sorted(n for n in mask_names() if not get_mask(n).needs_topk)
 
 
-def actor_config(low, high, cap, mode="vanilla"):
+def actor_config(low, high, cap, mode="vanilla", alpha=None):
     return OmegaConf.create(
         {
             "clip_ratio": 0.2,
@@ -34,7 +34,7 @@ def actor_config(low, high, cap, mode="vanilla"):
             "clip_ratio_high": high,
             "clip_ratio_c": cap,
             "global_batch_info": {},
-            "policy_loss": {"loss_mode": mode},
+            "policy_loss": {"loss_mode": mode, "dro_beta": alpha},
         }
     )
 
@@ -162,11 +162,11 @@ log_pi = (log_mu + 0.6 * torch.randn(B, T, generator=g)).clamp(max=-1e-4)
 log_old = (log_mu + 0.2 * torch.randn(B, T, generator=g)).clamp(max=-1e-4)
 adv = torch.randn(B, 1, generator=g).expand(B, T).clone()
 mask = torch.ones(B, T, dtype=torch.bool); mask[1, 7:] = False
-for name, (low, high, cap, recompute) in cases.items():
+for name, (low, high, cap, recompute, alpha) in cases.items():
     if name not in POLICY_LOSS_REGISTRY:
         continue
     cfg = OmegaConf.create({"clip_ratio": 0.2, "clip_ratio_low": low, "clip_ratio_high": high,
-                            "clip_ratio_c": cap, "global_batch_info": {}})
+                            "clip_ratio_c": cap, "global_batch_info": {}, "policy_loss": {"dro_beta": alpha}})
     lp = log_pi.clone().requires_grad_()
     kw = dict(old_log_prob=log_old if recompute else log_mu,
               rollout_is_weights=(log_old - log_mu).exp() * mask if recompute else None)
@@ -177,10 +177,15 @@ print("RESULT" + json.dumps(out))
 """
 
 
-def paper_mask(name, log_pi, log_anchor, adv, low, high):
+def paper_mask(name, log_pi, log_anchor, adv, low, high, alpha=None):
     """The paper's masks written out again, independently of dppo_bench.methods.rules."""
     pi, anc, r = log_pi.exp(), log_anchor.exp(), (log_pi - log_anchor).exp()
     up, down = adv > 0, adv < 0
+    if name.startswith("grpo_relax_"):  # Sec. 6: the clip is kept only where mu >= alpha, on the relaxed sides
+        side = name.removeprefix("grpo_relax_")
+        keep_high = (anc >= alpha) | (side == "low")
+        keep_low = (anc >= alpha) | (side == "high")
+        return ~((up & (r > 1 + high) & keep_high) | (down & (r < 1 - low) & keep_low))
     if name.startswith("dppo_binary_tv"):
         return ~((up & (pi - anc > high)) | (down & (pi - anc < -low)))
     if name.startswith("dppo_binary_kl"):
@@ -211,9 +216,12 @@ def run_fresh(cases, env_update, script=FRESH_PROCESS_CHECK):
 def test_plain_import_verl_registers_every_mode_and_gradients_match_the_paper():
     cases = {}
     for name in NON_TOPK:
-        recompute = get_mask(name).anchors == ("recompute",)
-        low, high = {"delta": (0.1, 0.1), "eps": (0.2, 0.28), "none": (0.0, 0.0)}[get_mask(name).thresholds]
-        cases[name] = (low, high, 2.0 if name.endswith("tis") else 1e4, recompute)
+        rule = get_mask(name)
+        recompute = rule.anchors == ("recompute",)
+        low, high = {"delta": (0.1, 0.1), "eps": (0.2, 0.28), "eps_alpha": (0.2, 0.28), "none": (0.0, 0.0)}[
+            rule.thresholds
+        ]
+        cases[name] = (low, high, 2.0 if name.endswith("tis") else 1e4, recompute, 0.3 if rule.reads_alpha else None)
     out = run_fresh(cases, {"VERL_USE_EXTERNAL_PLUGINS": "auto", "VERL_USE_EXTERNAL_MODULES": ""})
     assert set(mask_names()) <= set(out["registered"])
 
@@ -225,9 +233,9 @@ def test_plain_import_verl_registers_every_mode_and_gradients_match_the_paper():
     adv = torch.randn(B, 1, generator=g).expand(B, T).clone()
     mask = torch.ones(B, T, dtype=torch.bool)
     mask[1, 7:] = False
-    for name, (low, high, cap, recompute) in cases.items():
+    for name, (low, high, cap, recompute, alpha) in cases.items():
         anchor = log_old if recompute else log_mu
-        M = paper_mask(name, log_pi, anchor, adv, low, high)
+        M = paper_mask(name, log_pi, anchor, adv, low, high, alpha)
         weight = (log_pi - log_mu).exp()
         if cap < 1e4:
             weight = weight.clamp(max=cap)
@@ -240,7 +248,7 @@ def test_plain_import_verl_registers_every_mode_and_gradients_match_the_paper():
 
 def test_external_modules_fallback_registers_without_entry_points():
     name = "dppo_binary_tv"
-    cases = {name: (0.1, 0.1, 1e4, False)}
+    cases = {name: (0.1, 0.1, 1e4, False, None)}
     off = run_fresh(cases, {"VERL_USE_EXTERNAL_PLUGINS": "none", "VERL_USE_EXTERNAL_MODULES": ""})
     assert name not in off["registered"]
     modules = {"VERL_USE_EXTERNAL_MODULES": "dppo_bench.verl_plugin.entry"}
@@ -261,7 +269,7 @@ data = torch.load(args["data"])
 out = {}
 for key, case in args["cases"].items():
     actor = ActorConfig(strategy="fsdp", ppo_micro_batch_size_per_gpu=2, ppo_mini_batch_size=4, rollout_n=1,
-                        loss_agg_mode="token-mean", policy_loss={"loss_mode": case["loss_mode"]}, **case["actor"])
+                        loss_agg_mode="token-mean", policy_loss=case["policy_loss"], **case["actor"])
     kw = dict(old_log_prob=data["log_mu"], rollout_is_weights=None)
     if case["rollout_correction"] is not None:  # decoupled mode: verl's own IS weights pi_old / mu
         batch = DataProto.from_dict(tensors={"old_log_probs": data["log_old"], "rollout_log_probs": data["log_mu"],
@@ -299,19 +307,24 @@ def verl_case(recipe, profile):
         values[key] = yaml.safe_load(value)
     actor = {k: values[f"actor_rollout_ref.actor.{k}"] for k in ("clip_ratio_low", "clip_ratio_high", "clip_ratio_c")}
     rc = {k.rpartition(".")[2]: v for k, v in values.items() if k.startswith("algorithm.rollout_correction.")}
+    policy_loss = {
+        k.rpartition(".")[2]: v for k, v in values.items() if k.startswith("actor_rollout_ref.actor.policy_loss.")
+    }
     return {
-        "loss_mode": values["actor_rollout_ref.actor.policy_loss.loss_mode"],
+        "loss_mode": policy_loss["loss_mode"],
+        "policy_loss": policy_loss,
         "actor": actor,
         "rollout_correction": None if rc["bypass_mode"] else rc,
     }
 
 
-def paper_low_high(hp):
-    """(low, high) of the paper's mask from a recipe's own names: delta on both sides, or eps_low / eps_high."""
+def paper_thresholds(hp):
+    """(low, high, alpha) of the paper's mask from a recipe's own names: delta on both sides, or eps_low / eps_high
+    (and alpha for the efficiency study's masks)."""
     v = hp.values()
     if "delta" in v:
-        return v["delta"], v["delta"]
-    return v.get("eps_low", 0.0), v.get("eps_high", 0.0)
+        return v["delta"], v["delta"], None
+    return v.get("eps_low", 0.0), v.get("eps_high", 0.0), v.get("alpha")
 
 
 @pytest.mark.slow
@@ -334,7 +347,7 @@ def test_every_recipe_and_profile_through_verl_matches_the_paper_gradient(gen, t
         name, profile = key.split("/")
         recipe, hp = RECIPES[name], RECIPES[name].profile(profile)
         anchor = log_old if recipe.anchor == "recompute" else log_mu
-        M = paper_mask(recipe.mask, log_pi, anchor, adv, *paper_low_high(hp))
+        M = paper_mask(recipe.mask, log_pi, anchor, adv, *paper_thresholds(hp))
         weight = (log_pi - log_mu).exp().clamp(max=hp.is_cap or math.inf)
         expected = -adv * weight * M * mask / mask.sum()
         got = torch.tensor(out[key])
@@ -394,7 +407,7 @@ def test_verls_ppo_loss_runs_every_recipe(gen, name):
         clip_ratio_high=high,
         clip_ratio_c=hp.is_cap or 1e4,
         loss_agg_mode="seq-mean-token-sum",
-        policy_loss={"loss_mode": recipe.mask},
+        policy_loss={"loss_mode": recipe.mask, "dro_beta": rule.alpha(hp.values())},
     )
     flat = flat.requires_grad_()
     if rule.needs_topk:  # without the engine's divergence in model_output (tests/unit/test_topk_loss.py has it)
@@ -441,3 +454,16 @@ def test_verl_averages_our_statistics_over_micro_batches_unweighted(gen):
     assert step["actor/pi_mu_diff_max"] == pytest.approx(
         (first["actor/pi_mu_diff_max"] + second["actor/pi_mu_diff_max"]) / 2
     )
+
+
+def test_alpha_reaches_verl_through_dro_beta_and_is_required(gen):
+    overrides = method_overrides(RECIPES["grpo_relax_both_alpha0p3"], "efficiency")
+    assert "actor_rollout_ref.actor.policy_loss.dro_beta=0.3" in overrides
+    assert not any("dro_beta" in o for o in method_overrides(RECIPES["grpo_clip_higher"], "sanity"))
+    log_mu, log_pi, _, adv, mask = batch(gen)
+    fn = core_algos.get_policy_loss_fn("grpo_relax_both")
+    kw = dict(old_log_prob=log_mu, log_prob=log_pi, advantages=adv, response_mask=mask)
+    with pytest.raises(ValueError, match="dro_beta, which must be a probability"):
+        fn(**kw, config=actor_config(0.2, 0.28, 1e4))  # unset: verl's default None
+    with pytest.raises(ValueError, match="dro_beta, which must be a probability"):
+        fn(**kw, config=actor_config(0.2, 0.28, 1e4, alpha=1.5))

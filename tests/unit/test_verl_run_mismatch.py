@@ -225,7 +225,7 @@ def test_install_refuses_another_verl(monkeypatch):
 
     from dppo_bench.verl_plugin.patches import PATCHES, VerlVersionError, install
 
-    assert PATCHES[mismatch.TRAINER_MODULE] is mismatch.patch_trainer
+    assert (mismatch.TRAINER_MODULE, mismatch.patch_trainer) in PATCHES
     with monkeypatch.context() as m:
         m.setattr(verl, "__version__", "0.9.2")
         with pytest.raises(VerlVersionError, match="installed verl is 0.9.2"):

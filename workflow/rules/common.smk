@@ -6,6 +6,7 @@ from snakemake.utils import validate
 
 from dppo_bench import config as dc
 from dppo_bench.eval.spec import load_benchmarks
+from dppo_bench.plan import PROBE_RUNTIME_MIN
 
 validate(config, "../schemas/config.schema.yaml")
 
@@ -46,8 +47,14 @@ def run_targets(setting, method, seed):
 
 
 def experiment_inputs(w):
-    keys = EXPERIMENTS[w.experiment].run_keys(lambda s: SETTINGS[s].seeds)
-    return [t for key in keys for t in run_targets(*key)]
+    experiment = EXPERIMENTS[w.experiment]
+    keys = experiment.run_keys(lambda s: SETTINGS[s].seeds)
+    return [t for key in keys for t in run_targets(*key)] + [probe_record(s) for s in experiment.probes]
+
+
+def probe_record(setting):
+    """Fig. 2's mismatch probe of one setting (one rollout batch, no training)."""
+    return f"results/probes/{setting}/mismatch.npz"
 
 
 def experiment_targets(ids):

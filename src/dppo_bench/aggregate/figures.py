@@ -70,6 +70,7 @@ def draw_panel(ax, panel: Panel, groups: dict[str, list[Run]], colors: dict, ref
                 ax.plot(steps, values, style, color=colors[label], marker="o", markersize=3, linewidth=1.3)
             drawn |= draw_references(ax, references, group, metric, colors[label])
     draw_zero_line(ax, panel)
+    ax.set_yscale(panel.yscale)
     ax.set_title(panel.title)
     ax.set_xlabel("step")
     if panel.ylabel:

@@ -10,6 +10,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("aggregate", help="figure (png, pdf) and tables (md, csv, tex) of an experiment")
     p.add_argument("experiment")
     p.add_argument("--runs", type=Path, default=Path("results/runs"), help="root of the run directories")
+    p.add_argument("--probes", type=Path, default=Path("results/probes"), help="root of the mismatch probe records")
     p.add_argument("--out", type=Path, help="output directory (default: results/<experiment>)")
     p.add_argument("--only", choices=["table", "figure"], help="write only the tables or only the figure")
     p.set_defaults(func=aggregate)
@@ -23,14 +24,21 @@ def aggregate(args: argparse.Namespace) -> int:
     from dppo_bench.config import find_experiment, find_method, find_setting
 
     experiment = find_experiment(args.experiment)
+    out = args.out or Path("results") / experiment.id
+    out.mkdir(parents=True, exist_ok=True)
+    if experiment.probes:
+        from dppo_bench.aggregate.probe import aggregate_probes
+
+        aggregate_probes(experiment, args.probes, out, args.only)
+        return 0
     settings = {g.setting: find_setting(g.setting) for g in experiment.runs}
     methods = {m: find_method(m) for g in experiment.runs for m in g.methods}
     runs = collect(experiment, settings, methods, args.runs)
     references = load_references(experiment.id)
-    out = args.out or Path("results") / experiment.id
-    out.mkdir(parents=True, exist_ok=True)
     usable = sum(r.usable for r in runs)
     print(f"{experiment.id}: {usable}/{len(runs)} runs usable -> {out}")
+    if experiment.masked_tokens is not None:
+        return write_token_table(experiment, runs, args.runs, settings, out, args.only)
     if args.only != "figure":
         rows = table_rows(experiment, runs, references)
         (out / "table.md").write_text(to_markdown(experiment, rows))
@@ -41,4 +49,17 @@ def aggregate(args: argparse.Namespace) -> int:
         if not experiment.panels:
             raise ValueError(f"experiment {experiment.id!r} has no panels, so no figure")
         plot(experiment, runs, out / "figure", references)
+    return 0
+
+
+def write_token_table(experiment, runs, root: Path, settings, out: Path, only: str | None) -> int:
+    from dppo_bench.aggregate import masked_tokens as table
+
+    if only == "figure":
+        raise ValueError(f"experiment {experiment.id!r} is a table of masked tokens, with no figure")
+    rows = table.token_rows(experiment, runs, root, settings)
+    (out / "table.md").write_text(table.to_markdown(experiment, runs, rows))
+    (out / "table.csv").write_text(table.to_csv(rows))
+    (out / "table.tex").write_text(table.to_latex(rows))
+    print((out / "table.md").read_text())
     return 0

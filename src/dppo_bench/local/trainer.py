@@ -13,6 +13,7 @@ resumed from a checkpoint replays exactly the steps an uninterrupted run would h
 from __future__ import annotations
 
 import io
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -33,6 +34,7 @@ from dppo_bench.local.rollout import RolloutBatch, RolloutEngine
 from dppo_bench.local.task import read_jsonl
 from dppo_bench.local.update import Batch, Loss, policy_log_probs, update
 from dppo_bench.methods import get_mask
+from dppo_bench.methods.masked_tokens import MaskedTokenCounts
 from dppo_bench.mismatch import entropy_mean, mismatch_stats
 from dppo_bench.rundir import RunDir
 
@@ -75,7 +77,7 @@ class LocalTrainer:
         rule, hp = get_mask(r.mask), r.profile(s.hyperparameter_profile)
         low, high = rule.low_high(hp.values())
         batch_info = {"loss_scale_factor": s.train.max_response_length} if s.loss_agg_mode.endswith("norm") else {}
-        self.loss = Loss(rule, low, high, hp.is_cap, s.loss_agg_mode, batch_info)
+        self.loss = Loss(rule, low, high, hp.is_cap, s.loss_agg_mode, batch_info, alpha=rule.alpha(hp.values()))
         self.recompute = r.anchor == "recompute"
         self.problems = read_jsonl(run.train_problems)
         torch.set_num_threads(self.local.threads)
@@ -115,8 +117,8 @@ class LocalTrainer:
 
     def _record(self, rows: list[dict]) -> None:
         self.dir.append_metrics(rows)
-        if self.log_rows is not None and rows:
-            self.log_rows(rows)
+        if self.log_rows is not None and rows:  # scalars only: the token counts stay in metrics.jsonl
+            self.log_rows([{k: v for k, v in row.items() if not isinstance(v, dict)} for row in rows])
 
     def _checkpoint(self, step: int, rows: list[dict]) -> None:
         """Rows first, then the checkpoint that commits them: model, tokenizer and optimizer state in one directory
@@ -207,16 +209,18 @@ class LocalTrainer:
         t_roll = time.perf_counter()
         batch, measured = self._at_rollout_parameters(step, batch)
         t_recompute = time.perf_counter()
-        stats, losses, norms = [], [], []
+        stats, losses, norms, masked_tokens = [], [], [], MaskedTokenCounts()
         for i, index in enumerate(torch.randperm(len(rewards), generator=g).chunk(self.train.mini_batches)):
             try:
+                mini = batch.select(index)
                 loss, norm, st = update(
                     self.policy,
                     self.opt,
-                    batch.select(index),
+                    mini,
                     self.loss,
                     temperature=self.train.temperature,
                     grad_clip=self.train.grad_clip,
+                    on_masked=lambda masked, mini=mini: masked_tokens.add(mini.responses, masked, mini.advantages),
                 )
             except FloatingPointError as e:
                 raise FloatingPointError(f"step {step}, mini-batch {i}: {e}") from None
@@ -230,6 +234,8 @@ class LocalTrainer:
             canonical.RESPONSE_LENGTH_MEAN: roll.response_mask.sum(-1).float().mean().item(),
             **measured,
             **{canonical.SURROGATE_STATS[k]: _reduce(k, [s[k] for s in stats]) for k in stats[0]},
+            canonical.ROLLOUT_TOPK_MASS: roll.mu_topk_logprobs.exp().sum(-1)[roll.response_mask].mean().item(),
+            canonical.MASKED_TOKENS: masked_tokens.as_record(),
             "train/loss": sum(losses) / len(losses),
             "train/grad_norm": sum(norms) / len(norms),
             canonical.STEP_SECONDS: t_end - t0,
@@ -264,11 +270,13 @@ class LocalTrainer:
 
 
 def _reduce(name: str, values: list[float]) -> float:
+    """Over the mini-batches; a mean skips those where the statistic is undefined (NaN: nothing masked)."""
     if name in MIN_STATS:
         return min(values)
     if name in MAX_STATS:
         return max(values)
-    return sum(values) / len(values)
+    defined = [v for v in values if not math.isnan(v)]
+    return sum(defined) / len(defined) if defined else math.nan
 
 
 def _ranges(steps: list[int]) -> str:

@@ -6,6 +6,7 @@ and weights: the two must give the same loss and gradient norm (the local backen
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 import torch
@@ -51,6 +52,7 @@ class Loss:
     is_cap: float | None
     loss_agg_mode: str
     batch_info: dict  # verl's global_batch_info that agg_loss reads (loss_scale_factor for the *-norm modes)
+    alpha: float | None = None  # the rollout-probability cutoff of the rules that read one (Figs. 6-7)
 
 
 def policy_log_probs(policy: torch.nn.Module, batch: Batch, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -68,10 +70,14 @@ def update(
     *,
     temperature: float,
     grad_clip: float,
+    on_masked: Callable[[torch.Tensor], None] | None = None,
 ) -> tuple[float, float, dict[str, float]]:
     """One update on ``batch``: (loss, gradient norm before clipping, the surrogate's statistics). A non-finite
-    loss raises FloatingPointError before the weights are touched."""
+    loss raises FloatingPointError before the weights are touched. ``on_masked`` is given the mask of the dropped
+    response tokens."""
     log_pi, log_softmax = policy_log_probs(policy, batch, temperature)
+    with torch.no_grad():
+        entropy = -(log_softmax.exp() * log_softmax).sum(-1)
     topk = None
     if loss_spec.rule.topk_kind:
         pi_at_ids = log_softmax.detach().gather(-1, batch.topk_ids)
@@ -86,9 +92,12 @@ def update(
         low=loss_spec.low,
         high=loss_spec.high,
         is_cap=loss_spec.is_cap,
+        alpha=loss_spec.alpha,
         loss_agg_mode=loss_spec.loss_agg_mode,
         topk_divergence=topk,
         batch_info=loss_spec.batch_info,
+        entropy=entropy,
+        on_masked=on_masked,
     )
     if not torch.isfinite(loss):
         raise FloatingPointError(f"the loss is {loss.item()}")

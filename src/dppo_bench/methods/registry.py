@@ -3,7 +3,8 @@
 A rule decides, per token, whether the update is dropped (True = masked). It reads the
 current policy pi, the trust-region anchor (mu from the rollout engine, or pi_old recomputed
 by the trainer), the advantage, and for Top-K rules the per-token top-K divergence.
-Thresholds arrive as ``low`` (the negative-advantage side) and ``high`` (the positive side).
+Thresholds arrive as ``low`` (the negative-advantage side) and ``high`` (the positive side); the
+efficiency study's rules (Sec. 6) also read ``alpha``, the rollout probability below which they relax the clip.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ if TYPE_CHECKING:
     import torch
 
 Anchor = Literal["rollout", "recompute"]
-ThresholdKind = Literal["delta", "eps", "none"]
+ThresholdKind = Literal["delta", "eps", "eps_alpha", "none"]
 
 # Which recipe hyperparameters each threshold kind reads, in (low, high) order.
 THRESHOLD_PARAMS: dict[ThresholdKind, tuple[str, ...]] = {
     "delta": ("delta",),
     "eps": ("eps_low", "eps_high"),
+    "eps_alpha": ("eps_low", "eps_high", "alpha"),
     "none": (),
 }
 
@@ -58,7 +60,7 @@ class Tokens:
         return self.advantages < 0
 
 
-MaskFn = Callable[[Tokens, float, float], "torch.Tensor"]
+MaskFn = Callable[..., "torch.Tensor"]  # (tokens, low, high), and alpha for the "eps_alpha" rules
 
 
 @dataclass(frozen=True)
@@ -81,12 +83,24 @@ class MaskRule:
         """(low, high) thresholds from a recipe's hyperparameters."""
         if self.thresholds == "delta":
             return hp["delta"], hp["delta"]
-        if self.thresholds == "eps":
+        if self.thresholds in ("eps", "eps_alpha"):
             return hp["eps_low"], hp["eps_high"]
         return 0.0, 0.0
 
-    def __call__(self, tokens: Tokens, low: float, high: float) -> torch.Tensor:
-        return self.fn(tokens, low, high)
+    @property
+    def reads_alpha(self) -> bool:
+        return self.thresholds == "eps_alpha"
+
+    def alpha(self, hp: dict[str, float]) -> float | None:
+        """The rollout-probability cutoff from a recipe's hyperparameters; None for rules without one."""
+        return hp["alpha"] if self.reads_alpha else None
+
+    def __call__(self, tokens: Tokens, low: float, high: float, alpha: float | None = None) -> torch.Tensor:
+        if not self.reads_alpha:
+            return self.fn(tokens, low, high)
+        if alpha is None:
+            raise ValueError(f"mask rule {self.name!r} needs alpha (the rollout probability below which it relaxes)")
+        return self.fn(tokens, low, high, alpha)
 
 
 _RULES: dict[str, MaskRule] = {}

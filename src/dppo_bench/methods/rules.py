@@ -70,6 +70,35 @@ def ratio_clip(t: Tokens, low: float, high: float) -> torch.Tensor:
     return up | down
 
 
+def _relaxed_clip(t: Tokens, low: float, high: float, alpha: float, *, up: bool, down: bool) -> torch.Tensor:
+    """GRPO's clip, lifted on the chosen sides for tokens the rollout found rare (mu < alpha; Sec. 6)."""
+    sides = t.up.new_zeros(t.up.shape)
+    if up:
+        sides = sides | t.up
+    if down:
+        sides = sides | t.down
+    return ratio_clip(t, low, high) & ~(sides & (t.anchor < alpha))
+
+
+# Figs. 6-7 (Stable-RL's ppo_ablation_both / _positive / _negative). alpha = 0 lifts nothing: GRPO-ClipHigher.
+@register_mask("grpo_relax_both", anchors=("rollout",), thresholds="eps_alpha")
+def relax_both(t: Tokens, low: float, high: float, alpha: float) -> torch.Tensor:
+    """Relax-both: no clip at all on tokens with mu < alpha."""
+    return _relaxed_clip(t, low, high, alpha, up=True, down=True)
+
+
+@register_mask("grpo_relax_high", anchors=("rollout",), thresholds="eps_alpha")
+def relax_high(t: Tokens, low: float, high: float, alpha: float) -> torch.Tensor:
+    """Relax-high: the upper clip (A > 0, r > 1 + eps_high) lifted on tokens with mu < alpha."""
+    return _relaxed_clip(t, low, high, alpha, up=True, down=False)
+
+
+@register_mask("grpo_relax_low", anchors=("rollout",), thresholds="eps_alpha")
+def relax_low(t: Tokens, low: float, high: float, alpha: float) -> torch.Tensor:
+    """Relax-low: the lower clip (A < 0, r < 1 - eps_low) lifted on tokens with mu < alpha."""
+    return _relaxed_clip(t, low, high, alpha, up=False, down=True)
+
+
 @register_mask("mask_bad_updates", anchors=("rollout", "recompute"), thresholds="delta")
 def bad_updates(t: Tokens, low: float, high: float) -> torch.Tensor:
     """The minimal mask of Fig. 5: A < 0 and the sampled token's probability fell by >= delta."""

@@ -10,6 +10,9 @@ The gradient flows only through log pi.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 import torch
 
 from dppo_bench.methods.registry import MaskRule, Tokens
@@ -21,6 +24,11 @@ STAT_NAMES = (
     "mask_frac",  # masked tokens / response tokens
     "mask_frac_pos",  # masked / tokens with A > 0
     "mask_frac_neg",  # masked / tokens with A < 0
+    "mask_frac_nonzero_adv",  # masked / tokens with A != 0: Stable-RL's pg_clipfrac
+    "mask_frac_pos_nonzero_adv",  # (masked and A > 0) / tokens with A != 0
+    "mask_frac_neg_nonzero_adv",  # (masked and A < 0) / tokens with A != 0: Stable-RL's pg_clipfrac_lower
+    "masked_mu_mean",  # rollout probability mu of the masked tokens (Fig. 6); NaN when none is masked
+    "masked_entropy_mean",  # entropy of pi at the masked tokens (Fig. 6); NaN when none or no entropy given
     "pi_mu_abs_diff_mean",  # |pi - mu| of the sampled token (pi = the current policy)
     "pi_mu_abs_diff_max",
     "pi_mu_diff_min",  # signed pi - mu
@@ -43,15 +51,20 @@ def surrogate_loss(
     low: float,
     high: float,
     is_cap: float | None,
+    alpha: float | None = None,
     loss_agg_mode: str = "token-mean",
     topk_divergence: torch.Tensor | None = None,
     batch_info: dict | None = None,
+    entropy: torch.Tensor | None = None,
+    on_masked: Callable[[torch.Tensor], None] | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Scalar loss and the per-step statistics of :data:`STAT_NAMES` (python floats).
 
     All tensors are (batch, response_len); ``response_mask`` is boolean. ``batch_info`` is
     verl's ``global_batch_info`` (dp_size, batch_num_tokens, ...) forwarded to ``agg_loss``.
     Pass the same tensor as ``mu_log_prob`` and ``anchor_log_prob`` for the rollout anchor.
+    ``entropy``: pi's per-token entropy, when the caller's forward computed it. ``on_masked`` is
+    given the boolean mask of dropped response tokens (e.g. to count their ids).
     """
     from verl.trainer.ppo.core_algos import agg_loss  # here, so importing the rules stays light
 
@@ -62,14 +75,16 @@ def surrogate_loss(
         tokens = Tokens(log_pi, log_anchor, advantages.float(), topk_divergence)
         ratio = (log_pi - log_mu).clamp_(-LOG_RATIO_BOUND, LOG_RATIO_BOUND).exp_()
         weight = ratio if is_cap is None else ratio.clamp(max=is_cap)
-        masked = rule(tokens, low, high) & response_mask
+        masked = rule(tokens, low, high, alpha) & response_mask
+        if on_masked is not None:
+            on_masked(masked)
         coef = (advantages * weight).mul_((~masked).to(weight.dtype)).to(log_prob.dtype)
     # A token the policy gives probability 0 (log pi = -inf) adds nothing and gets no gradient, as its clamped
     # ratio gets none in verl's vanilla loss; left in, its value would make the loss -inf * coef (inf or nan).
     log_prob = log_prob.masked_fill(torch.isneginf(log_prob), 0.0)
     loss = agg_loss(-coef * log_prob, response_mask, loss_agg_mode, **(batch_info or {}))
     mu = tokens.anchor if log_anchor is log_mu else log_mu.exp()
-    return loss, token_stats(tokens, mu, ratio, masked, response_mask, is_cap)
+    return loss, token_stats(tokens, mu, ratio, masked, response_mask, is_cap, entropy)
 
 
 @torch.no_grad()
@@ -80,6 +95,7 @@ def token_stats(
     masked: torch.Tensor,
     response_mask: torch.Tensor,
     is_cap: float | None,
+    entropy: torch.Tensor | None = None,
 ) -> dict[str, float]:
     """The statistics of :data:`STAT_NAMES` over the response tokens, with one host sync.
 
@@ -101,14 +117,22 @@ def token_stats(
     n = counts[0].clamp(min=1)
     abs_mean, diff_mean = diff_v.abs().sum() / n, diff_v.sum() / n
     lo, hi = torch.aminmax(diff_v.add_((1.0 - valid_f).mul_(diff_mean)))  # padding := mean
-    floats = torch.stack([abs_mean, lo, hi, ratio_v.sum() / n, ratio_v.max()])
+    masked_f = masked.to(diff.dtype)
+    masked_entropy = (entropy.float() * masked_f).sum() if entropy is not None else masked_f.new_zeros(())
+    floats = torch.stack([abs_mean, lo, hi, ratio_v.sum() / n, ratio_v.max(), (mu * masked_f).sum(), masked_entropy])
     counts, floats = counts.tolist(), floats.tolist()
     n_valid, n_pos, n_neg, m, m_pos, m_neg, bad = (max(c, 1) if i < 3 else c for i, c in enumerate(counts[:7]))
-    abs_mean, lo, hi, r_mean, r_max = floats
+    n_nonzero = max(counts[1] + counts[2], 1)
+    abs_mean, lo, hi, r_mean, r_max, masked_mu, masked_entropy = floats
     return {
         "mask_frac": m / n_valid,
         "mask_frac_pos": m_pos / n_pos,
         "mask_frac_neg": m_neg / n_neg,
+        "mask_frac_nonzero_adv": m / n_nonzero,  # masked tokens all have A != 0 (rules never mask A = 0)
+        "mask_frac_pos_nonzero_adv": m_pos / n_nonzero,
+        "mask_frac_neg_nonzero_adv": m_neg / n_nonzero,
+        "masked_mu_mean": masked_mu / m if m else math.nan,
+        "masked_entropy_mean": masked_entropy / m if m and entropy is not None else math.nan,
         "pi_mu_abs_diff_mean": abs_mean,
         "pi_mu_abs_diff_max": max(-lo, hi),
         "pi_mu_diff_min": lo,

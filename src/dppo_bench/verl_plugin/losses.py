@@ -11,11 +11,14 @@ mode the run was configured in (see :mod:`dppo_bench.verl_plugin.overrides`):
   mu, never multiplied in again: the weight is always min(pi / mu, C).
 
 Hyperparameters come through verl's existing keys: ``clip_ratio_low`` (negative-advantage
-side), ``clip_ratio_high`` (positive side) and ``clip_ratio_c`` (C; >= ``NO_CAP`` = no cap).
+side), ``clip_ratio_high`` (positive side), ``clip_ratio_c`` (C; >= ``NO_CAP`` = no cap) and, for
+the efficiency study's rules only, ``policy_loss.dro_beta`` (alpha; read by verl's ``dro`` mode
+alone, and None by default, so a run that forgot to set it fails instead of relaxing silently).
 
 Top-K modes also need the per-token top-K divergence, which verl's loss signature cannot carry:
 the trainer's forward computes it and the patched ``ppo_loss`` exposes it for the duration of the
-call (:mod:`dppo_bench.verl_plugin.topk`).
+call (:mod:`dppo_bench.verl_plugin.topk`); pi's per-token entropy (for the statistics of the
+masked tokens) arrives the same way.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import torch
 from dppo_bench.methods import MaskRule, surrogate_loss
 
 NO_CAP = 1e4
+ALPHA_KEY = "actor_rollout_ref.actor.policy_loss.dro_beta"
 
 
 def is_cap_from_verl(clip_ratio_c: float) -> float | None:
@@ -37,6 +41,19 @@ def _thresholds(config: Any) -> tuple[float, float]:
     low = config.clip_ratio_low if config.clip_ratio_low is not None else config.clip_ratio
     high = config.clip_ratio_high if config.clip_ratio_high is not None else config.clip_ratio
     return float(low), float(high)
+
+
+def _alpha(rule: MaskRule, config: Any) -> float | None:
+    """alpha of an "eps_alpha" rule from ``policy_loss.dro_beta`` (see the module docstring)."""
+    if not rule.reads_alpha:
+        return None
+    alpha = config.policy_loss.get("dro_beta", None)
+    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0.0 <= alpha <= 1.0:
+        raise ValueError(
+            f"loss mode {rule.name!r} reads alpha from {ALPHA_KEY}, which must be a probability in [0, 1]; "
+            f"got {alpha!r}"
+        )
+    return float(alpha)
 
 
 def _anchors(
@@ -83,6 +100,27 @@ def _topk_divergence(rule: MaskRule, log_prob: torch.Tensor) -> torch.Tensor:
     return topk.to(log_prob.device)
 
 
+def _entropy(log_prob: torch.Tensor) -> torch.Tensor | None:
+    """pi's per-token entropy of this ``ppo_loss`` call, when the engine computed it (calculate_entropy)."""
+    from dppo_bench.verl_plugin.topk.loss import current_entropy
+
+    entropy = current_entropy()
+    if entropy is not None and entropy.shape != log_prob.shape:
+        raise RuntimeError(f"entropy {tuple(entropy.shape)} does not match log_prob {tuple(log_prob.shape)}")
+    return entropy
+
+
+def _on_masked(advantages: torch.Tensor):
+    """Counts the masked tokens' ids while the step collects them (App. D); None otherwise."""
+    from dppo_bench.verl_plugin.masked_tokens import current_counter
+    from dppo_bench.verl_plugin.topk.loss import current_response_ids
+
+    counter, ids = current_counter(), current_response_ids()
+    if counter is None or ids is None:
+        return None
+    return lambda masked: counter.add(ids.to(masked.device), masked, advantages)
+
+
 @torch.no_grad()
 def topk_stats(topk: torch.Tensor, response_mask: torch.Tensor) -> dict[str, float]:
     """Mean and max of the top-K divergence over the response tokens (one host sync)."""
@@ -117,10 +155,13 @@ def make_verl_loss(rule: MaskRule):
             response_mask=response_mask.bool(),
             low=low,
             high=high,
+            alpha=_alpha(rule, config),
             is_cap=is_cap_from_verl(config.clip_ratio_c),
             loss_agg_mode=loss_agg_mode,
             topk_divergence=topk,
             batch_info=dict(config.global_batch_info),
+            entropy=_entropy(log_prob),
+            on_masked=_on_masked(advantages),
         )
         if topk is not None:
             stats.update(topk_stats(topk, response_mask.bool()))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dppo_bench.config import MethodRecipe
 from dppo_bench.methods import get_mask
-from dppo_bench.verl_plugin.losses import NO_CAP
+from dppo_bench.verl_plugin.losses import ALPHA_KEY, NO_CAP
 from dppo_bench.verl_plugin.topk.fields import CUSTOM_KEY, VLLM_DEFAULT_MAX_LOGPROBS
 
 ACTOR = "actor_rollout_ref.actor"
@@ -35,6 +35,8 @@ def method_overrides(recipe: MethodRecipe, profile: str, *, topk: int = PAPER_TO
         f"{ACTOR}.clip_ratio_c={float(cap)}",
         "actor_rollout_ref.rollout.calculate_log_probs=True",
     ]
+    if rule.reads_alpha:
+        overrides.append(f"{ALPHA_KEY}={rule.alpha(hp.values())}")
     if recipe.anchor == "rollout":
         overrides += [f"{ROLLOUT_CORRECTION}.bypass_mode=True", f"{ROLLOUT_CORRECTION}.rollout_is=null"]
     else:

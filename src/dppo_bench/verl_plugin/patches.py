@@ -9,27 +9,30 @@ the same message. Importing this module patches nothing.
 
 from __future__ import annotations
 
-from dppo_bench.verl_plugin import mismatch
+from dppo_bench.verl_plugin import masked_tokens, mismatch
 from dppo_bench.verl_plugin.run_config import cpu_requested
 from dppo_bench.verl_plugin.topk import agent_loop, fsdp, loss, megatron, rollout
 from dppo_bench.verl_plugin.topk.hooks import Patch, when_imported
 
 PINNED_VERL = "0.9.1"
 
-# module -> the patch applied to it once it is imported
-PATCHES: dict[str, Patch] = {
+# (module, the patch applied to it once it is imported), in order
+PATCHES: tuple[tuple[str, Patch], ...] = (
     # the Top-K plumbing (dppo_bench.verl_plugin.topk)
-    "verl.workers.rollout.vllm_rollout.vllm_async_server": rollout.patch_vllm_server,
-    "verl.experimental.agent_loop.agent_loop": agent_loop.patch_output,
-    "verl.experimental.agent_loop.single_turn_agent_loop": agent_loop.patch_single_turn,
-    "verl.trainer.ppo.padding_utils": agent_loop.patch_padding_template,
-    "verl.workers.utils.losses": loss.patch_ppo_loss,
-    "verl.workers.engine_workers": loss.patch_ppo_loss,
-    "verl.workers.engine.fsdp.transformer_impl": fsdp.patch_engine,
-    "verl.workers.engine.megatron.transformer_impl": megatron.patch_engine,
+    ("verl.workers.rollout.vllm_rollout.vllm_async_server", rollout.patch_vllm_server),
+    ("verl.experimental.agent_loop.agent_loop", agent_loop.patch_output),
+    ("verl.experimental.agent_loop.single_turn_agent_loop", agent_loop.patch_single_turn),
+    ("verl.trainer.ppo.padding_utils", agent_loop.patch_padding_template),
+    ("verl.workers.utils.losses", loss.patch_ppo_loss),
+    ("verl.workers.engine_workers", loss.patch_ppo_loss),
+    ("verl.workers.engine.fsdp.transformer_impl", fsdp.patch_engine),
+    ("verl.workers.engine.megatron.transformer_impl", megatron.patch_engine),
     # |pi - mu| at equal parameters in bypass mode
-    mismatch.TRAINER_MODULE: mismatch.patch_trainer,
-}
+    (mismatch.TRAINER_MODULE, mismatch.patch_trainer),
+    # App. D's counts of masked token ids, in runs that set their directory
+    (masked_tokens.TRAINER_MODULE, masked_tokens.patch_trainer),
+    (masked_tokens.WORKER_MODULE, masked_tokens.patch_worker),
+)
 
 
 class VerlVersionError(RuntimeError):
@@ -58,7 +61,7 @@ def install() -> None:
     except VerlVersionError as err:
         _status = err
         raise
-    for name, patch in PATCHES.items():
+    for name, patch in PATCHES:
         when_imported(name, patch)
     if cpu_requested():
         from dppo_bench.verl_plugin import cpu

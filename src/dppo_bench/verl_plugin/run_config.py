@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dppo_bench.config import MethodRecipe, Setting
+from dppo_bench.methods.masked_tokens import RUN_DIR_NAME as MASKED_TOKENS_RUN_DIR
 from dppo_bench.verl_plugin.overrides import ACTOR, method_overrides
 
 ROLLOUT = "actor_rollout_ref.rollout"
@@ -27,6 +28,7 @@ CPU_SWITCH = "DPPO_BENCH_VERL_DEVICE"  # =cpu: the plugin makes verl run on the 
 def cpu_requested() -> bool:
     """Whether this process runs verl on the CPU (the switch in its environment: see :func:`device_env`)."""
     return os.environ.get(CPU_SWITCH, "").strip().lower() == "cpu"
+MASKED_TOKENS_DIR_ENV = "DPPO_BENCH_MASKED_TOKENS_DIR"  # read by dppo_bench.verl_plugin.masked_tokens
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,7 @@ def run_overrides(
         # every Ray worker imports verl and hence our plugin; the env var is the belt to those braces
         f"{ENV}.VERL_USE_EXTERNAL_MODULES={PLUGIN_MODULE}",
         f"{ENV}.VERL_FILE_LOGGER_PATH={paths.metrics_log}",
+        f"{ENV}.{MASKED_TOKENS_DIR_ENV}={paths.run_dir / MASKED_TOKENS_RUN_DIR}",  # App. D (verl_plugin.masked_tokens)
     ]
     if setting.loss_agg_mode.endswith("-norm"):  # a constant normaliser, not each micro-batch's padded length
         overrides.append(f"{ACTOR}.loss_scale_factor={t.max_response_length}")

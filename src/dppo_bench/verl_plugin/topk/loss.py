@@ -1,12 +1,16 @@
-"""Getting the trainer's top-K divergence to a registered policy loss.
+"""Getting the trainer's top-K divergence (and pi's entropy) to a registered policy loss.
 
 verl 0.9.1's ``ppo_loss`` hands a policy loss only ``old_log_prob``, ``log_prob``,
 ``advantages``, ``response_mask`` and ``rollout_is_weights``; the divergence the engine put in
-``model_output`` is dropped. So ``ppo_loss`` is wrapped: for a top-K loss mode it slices the
-divergence to the response layout with verl's own ``no_padding_2_padding`` (the same call that
-produces ``log_prob``, so the two align token for token) and exposes it for exactly the
-duration of that one ``ppo_loss`` call; the registered loss reads it with
-:func:`current_topk_divergence`. Every other loss mode goes straight to verl's function.
+``model_output`` is dropped, and so is the per-token entropy. So ``ppo_loss`` is wrapped: for
+our loss modes it slices both to the response layout with verl's own ``no_padding_2_padding``
+(the same call that produces ``log_prob``, so they align token for token) and exposes them for
+exactly the duration of that one ``ppo_loss`` call; the registered loss reads them with
+:func:`current_topk_divergence` and :func:`current_entropy` (the entropy of the masked tokens,
+Fig. 6), and the response ids with :func:`current_response_ids` while a step counts its masked
+tokens (App. D). When the micro-batch carries the rollout's top-K, the wrapper also adds the mean
+probability mass of mu's kept set (Fig. 12) to the returned metrics. verl's own loss modes go
+straight to verl's function.
 
 Patched where the name is bound: ``verl.workers.utils.losses.ppo_loss`` and the copy that
 ``verl.workers.engine_workers`` imports (the worker binds ``partial(ppo_loss, config=...)``
@@ -17,52 +21,120 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from types import ModuleType
+from typing import NamedTuple
 
 import torch
 
-from dppo_bench.methods import get_mask
-from dppo_bench.verl_plugin.topk.fields import DIVERGENCE_KEYS
+from dppo_bench.methods import MaskRule, get_mask
+from dppo_bench.verl_plugin.topk.fields import DIVERGENCE_KEYS, TOPK_LOGPROBS
 from dppo_bench.verl_plugin.topk.hooks import wrap
 
-_CURRENT: ContextVar[torch.Tensor | None] = ContextVar("dppo_bench_topk_divergence", default=None)
+TOPK_MASS_METRIC = "actor/rollout_topk_mass_mean"
+
+
+class LossInputs(NamedTuple):
+    topk_divergence: torch.Tensor | None
+    entropy: torch.Tensor | None
+    response_ids: torch.Tensor | None  # only while masked tokens are counted (dppo_bench.verl_plugin.masked_tokens)
+
+
+_CURRENT: ContextVar[LossInputs | None] = ContextVar("dppo_bench_loss_inputs", default=None)
 
 
 def current_topk_divergence() -> torch.Tensor | None:
     """The (batch, response_len) top-K divergence of the ``ppo_loss`` call in progress, if any."""
-    return _CURRENT.get()
+    inputs = _CURRENT.get()
+    return None if inputs is None else inputs.topk_divergence
 
 
-def topk_kind(loss_mode: str) -> str | None:
-    """The top-K divergence a loss mode masks on: its mask rule's ``topk_kind``; None for others."""
+def current_entropy() -> torch.Tensor | None:
+    """pi's (batch, response_len) entropy of the ``ppo_loss`` call in progress, if the engine computed it."""
+    inputs = _CURRENT.get()
+    return None if inputs is None else inputs.entropy
+
+
+def current_response_ids() -> torch.Tensor | None:
+    """The (batch, response_len) token ids of the ``ppo_loss`` call in progress, while masked tokens are counted."""
+    inputs = _CURRENT.get()
+    return None if inputs is None else inputs.response_ids
+
+
+def our_rule(loss_mode: str) -> MaskRule | None:
+    """The mask rule of one of our loss modes; None for verl's own."""
     try:
-        return get_mask(loss_mode).topk_kind
-    except KeyError:  # one of verl's own modes
+        return get_mask(loss_mode)
+    except KeyError:
         return None
+
+
+@torch.no_grad()
+def rollout_topk_mass(data) -> float:
+    """Mean over the micro-batch's response tokens of the probability mass of mu's kept top-K set."""
+    from dppo_bench.verl_plugin.topk.layout import response_rows, sequence_lengths
+
+    _, response_lens = sequence_lengths(data)
+    rows = response_rows(data[TOPK_LOGPROBS], response_lens, TOPK_LOGPROBS).float()
+    return rows.exp().sum(-1).mean().item() if rows.numel() else float("nan")
 
 
 def with_topk_divergence(original):
     def ppo_loss(config, model_output, data, dp_group=None):
-        mode = config.policy_loss.get("loss_mode", "vanilla")
-        kind = topk_kind(mode)
-        if kind is None:
+        rule = our_rule(config.policy_loss.get("loss_mode", "vanilla"))
+        if rule is None:
             return original(config, model_output, data, dp_group)
-        key = DIVERGENCE_KEYS[kind]
-        if key not in model_output:
-            raise RuntimeError(
-                f"loss mode {mode!r} needs the per-token top-K divergence '{key}' in the "
-                "engine's model_output, and it is missing: the micro-batch carried no rollout top-K "
-                "(actor_rollout_ref.rollout.custom.dppo_topk_k unset, the v0 trainer, or a multi-turn loop), "
-                "or the engine is not one dppo-bench patches (FSDP, Megatron)"
-            )
         from verl.workers.utils.padding import no_padding_2_padding
 
-        token = _CURRENT.set(no_padding_2_padding(model_output[key], data))
+        topk = None
+        if rule.topk_kind is not None:
+            topk = no_padding_2_padding(model_output[_divergence_key(rule, model_output)], data)
+        entropy = model_output.get("entropy", None)
+        if entropy is not None:
+            entropy = no_padding_2_padding(entropy, data)
+        mass = rollout_topk_mass(data) if TOPK_LOGPROBS in data.keys() else None
+        if topk is not None:
+            _probe_dump(model_output, data, topk)
+        from dppo_bench.verl_plugin.masked_tokens import current_counter
+
+        ids = data.select("responses").to_padded_tensor()["responses"] if current_counter() is not None else None
+        token = _CURRENT.set(LossInputs(topk, entropy, ids))
         try:
-            return original(config, model_output, data, dp_group)
+            loss, metrics = original(config, model_output, data, dp_group)
         finally:
             _CURRENT.reset(token)
+        if mass is not None:
+            from verl.utils.metric import AggregationType, Metric
+
+            metrics[TOPK_MASS_METRIC] = Metric(AggregationType.MEAN, mass)
+        return loss, metrics
 
     return ppo_loss
+
+
+def _probe_dump(model_output, data, topk: torch.Tensor) -> None:
+    """Fig. 2's probe run (dppo_bench.verl_plugin.probe) writes this call's tokens; any other run returns at once."""
+    import os
+
+    from dppo_bench.verl_plugin.probe import PROBE_DIR_ENV, dump_if_probing
+
+    if not os.environ.get(PROBE_DIR_ENV):
+        return
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    padded = data.select("old_log_probs", "response_mask").to_padded_tensor()
+    log_prob = no_padding_2_padding(model_output["log_probs"], data)
+    dump_if_probing(log_prob, padded["old_log_probs"], topk, padded["response_mask"])
+
+
+def _divergence_key(rule: MaskRule, model_output) -> str:
+    key = DIVERGENCE_KEYS[rule.topk_kind]
+    if key not in model_output:
+        raise RuntimeError(
+            f"loss mode {rule.name!r} needs the per-token top-K divergence '{key}' in the "
+            "engine's model_output, and it is missing: the micro-batch carried no rollout top-K "
+            "(actor_rollout_ref.rollout.custom.dppo_topk_k unset, the v0 trainer, or a multi-turn loop), "
+            "or the engine is not one dppo-bench patches (FSDP, Megatron)"
+        )
+    return key
 
 
 def patch_ppo_loss(module: ModuleType) -> None:

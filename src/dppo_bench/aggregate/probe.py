@@ -1,0 +1,152 @@
+"""Fig. 2 from mismatch probe records: pi/mu and the TV of every probed token against mu, in bins of mu.
+
+The figure draws the tokens as dots (a fixed, seeded sample of them when there are many) under the 5%, 50% and
+95% quantiles of each mu bin; the table gives the same quantiles, so the ratio's spread at low mu and its
+narrowing toward 1 as mu -> 1 can be read as numbers.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+
+import numpy as np
+
+from dppo_bench.config import Experiment
+from dppo_bench.probe.tokens import MismatchTokens, read_tokens
+
+BIN_EDGES = (0.0, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
+QUANTILES = (0.05, 0.5, 0.95)
+MAX_DOTS = 20_000
+
+
+def probe_path(root: Path, setting: str) -> Path:
+    """Where the pipeline keeps a setting's probe record (``root``: results/probes)."""
+    return root / setting / "mismatch.npz"
+
+
+def binned(tokens: MismatchTokens, values: np.ndarray) -> list[dict]:
+    """Per mu bin: the token count and the quantiles of ``values`` (None where the bin is empty)."""
+    rows = []
+    index = np.clip(np.searchsorted(BIN_EDGES, tokens.mu, side="right") - 1, 0, len(BIN_EDGES) - 2)
+    for b in range(len(BIN_EDGES) - 1):
+        chosen = values[index == b]
+        q = np.quantile(chosen, QUANTILES) if chosen.size else [None] * len(QUANTILES)
+        rows.append({"lo": BIN_EDGES[b], "hi": BIN_EDGES[b + 1], "tokens": int(chosen.size), "q": list(q)})
+    return rows
+
+
+def quantity(tokens: MismatchTokens, probe: str) -> np.ndarray:
+    return tokens.ratio if probe == "ratio" else tokens.tv
+
+
+def table_rows(records: dict[str, MismatchTokens]) -> list[dict]:
+    """One row per setting and mu bin: tokens, the ratio's and the TV's 5/50/95% quantiles."""
+    rows = []
+    for setting, tokens in records.items():
+        ratio, tv = binned(tokens, tokens.ratio), binned(tokens, tokens.tv)
+        for r, t in zip(ratio, tv, strict=True):
+            row = {"setting": setting, "mu bin": f"[{r['lo']:g}, {r['hi']:g})", "tokens": r["tokens"]}
+            for name, cells in (("π/μ", r["q"]), ("TV", t["q"])):
+                row.update({f"{name} q{round(100 * q):02d}": v for q, v in zip(QUANTILES, cells, strict=True)})
+            rows.append(row)
+    return rows
+
+
+def _cell(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return str(value) if isinstance(value, int | str) else f"{value:.4g}"
+
+
+def to_markdown(experiment: Experiment, records: dict[str, MismatchTokens], rows: list[dict]) -> str:
+    head = list(rows[0]) if rows else ["setting"]
+    lines = [f"# {experiment.title} [{experiment.paper_item}]", ""]
+    for setting, tokens in records.items():
+        lines.append(f"- {setting}: {tokens.mu.size} tokens; TV over {tokens.meta.get('tv_over', 'unrecorded')}")
+    lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(_cell(row[h]) for h in head) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(rows: list[dict]) -> str:
+    out = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows({k: ("" if v is None else v) for k, v in row.items()} for row in rows)
+    return out.getvalue()
+
+
+def to_latex(rows: list[dict]) -> str:
+    head = list(rows[0]) if rows else ["setting"]
+    tex = {"π": r"$\pi$", "μ": r"$\mu$", "_": r"\_"}
+
+    def esc(text: str) -> str:
+        for a, b in tex.items():
+            text = text.replace(a, b)
+        return text
+
+    lines = [r"\begin{tabular}{ll" + "r" * (len(head) - 2) + "}", r"\toprule", " & ".join(map(esc, head)) + r" \\"]
+    lines.append(r"\midrule")
+    lines += [" & ".join(esc(_cell(row[h])) for h in head) + r" \\" for row in rows]
+    return "\n".join([*lines, r"\bottomrule", r"\end{tabular}"]) + "\n"
+
+
+def draw(experiment: Experiment, records: dict[str, MismatchTokens]):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = experiment.panels
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8), squeeze=False)
+    rng = np.random.default_rng(0)  # which tokens are drawn as dots: fixed, so the figure is reproducible
+    for ax, panel in zip(axes.flat, panels, strict=True):
+        for i, (setting, tokens) in enumerate(records.items()):
+            color = plt.cm.tab10(i % 10)
+            values = quantity(tokens, panel.probe)
+            shown = rng.permutation(values.size)[:MAX_DOTS]
+            ax.scatter(tokens.mu[shown], values[shown], s=2, alpha=0.15, color=color, rasterized=True)
+            bins = binned(tokens, values)
+            centres = [(b["lo"] + b["hi"]) / 2 for b in bins if b["tokens"]]
+            for j, style in enumerate((":", "-", ":")):
+                label = f"{setting}: median, 5% and 95%" if j == 1 else None
+                qs = [b["q"][j] for b in bins if b["tokens"]]
+                ax.plot(centres, qs, style, color=color, linewidth=1.4, label=label)
+        if panel.probe == "ratio":
+            ax.axhline(1.0, color="black", linestyle="--", linewidth=0.8)
+        ax.set_yscale(panel.yscale)
+        ax.set_title(panel.title)
+        ax.set_xlabel("rollout probability μ of the sampled token")
+        ax.set_xlim(0, 1)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper right", fontsize=7, frameon=False)
+    fig.suptitle(f"{experiment.title} [{experiment.paper_item}]")
+    fig.tight_layout(rect=(0, 0, 1, 0.94))
+    return fig
+
+
+def aggregate_probes(experiment: Experiment, root: Path, out: Path, only: str | None) -> None:
+    """Tables and figure of a probe experiment from the records under ``root`` (results/probes)."""
+    from dppo_bench.config import find_setting
+
+    records = {s: read_tokens(probe_path(root, s)) for s in experiment.probes}
+    for setting, tokens in records.items():
+        if tokens.meta.get("setting_sha256") != find_setting(setting).sha256():
+            raise ValueError(f"{probe_path(root, setting)}: probed with another version of setting {setting!r}; rerun")
+    if only != "figure":
+        rows = table_rows(records)
+        (out / "table.md").write_text(to_markdown(experiment, records, rows))
+        (out / "table.csv").write_text(to_csv(rows))
+        (out / "table.tex").write_text(to_latex(rows))
+        print((out / "table.md").read_text())
+    if only != "table":
+        import matplotlib.pyplot as plt
+
+        fig = draw(experiment, records)
+        for ext in (".png", ".pdf"):
+            fig.savefig((out / "figure").with_suffix(ext), dpi=150)
+        plt.close(fig)

@@ -1,0 +1,49 @@
+"""The probe's record: per generated token, the rollout probability mu, the trainer's pi at the *same* parameters,
+and the TV distance between the two next-token distributions. Both backends write it; aggregation reads it.
+
+``results/probes/<setting>/mismatch.npz``: float32 arrays ``mu``, ``pi``, ``tv`` (one entry per response token)
+and ``meta`` (a JSON string: setting, its sha256, what the TV was computed over, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class MismatchTokens:
+    mu: np.ndarray
+    pi: np.ndarray
+    tv: np.ndarray
+    meta: dict
+
+    @property
+    def ratio(self) -> np.ndarray:
+        """pi / mu of the sampled token."""
+        return self.pi / np.maximum(self.mu, np.finfo(np.float32).tiny)
+
+
+def write_tokens(path: Path, mu, pi, tv, meta: dict) -> None:
+    """Write atomically (a killed probe leaves no half file for the pipeline to take as done)."""
+    arrays = {name: np.asarray(a, dtype=np.float32).ravel() for name, a in (("mu", mu), ("pi", pi), ("tv", tv))}
+    if len({a.size for a in arrays.values()}) != 1:
+        raise ValueError(f"mu, pi and tv differ in length: {[a.size for a in arrays.values()]}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez_compressed(tmp, **arrays, meta=np.array(json.dumps(meta, sort_keys=True)))
+    os.replace(tmp, path)
+
+
+def read_tokens(path: Path) -> MismatchTokens:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no mismatch probe (run `dppo-bench probe mismatch`)")
+    with np.load(path) as data:
+        missing = {"mu", "pi", "tv", "meta"} - set(data.files)
+        if missing:
+            raise ValueError(f"{path}: not a mismatch probe record (missing {sorted(missing)})")
+        return MismatchTokens(data["mu"], data["pi"], data["tv"], json.loads(str(data["meta"])))

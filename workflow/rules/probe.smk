@@ -1,0 +1,46 @@
+# Fig. 2's mismatch probe: one rollout batch of a setting's model and one trainer forward at the same parameters,
+# no update. Local settings probe their pretrained base model in-process (cheap: part of `make demo`).
+
+
+rule probe_mismatch_local:
+    input:
+        setting=setting_file,
+        base=base_model,
+        train=tiny_train_data,
+    output:
+        "results/probes/{setting}/mismatch.npz",
+    log:
+        "logs/probe_mismatch/{setting}.log",
+    wildcard_constraints:
+        setting=LOCAL_SETTINGS,
+    conda:
+        "../../environment.yml"
+    shell:
+        "dppo-bench probe mismatch --setting {wildcards.setting} --out {output} --base-model {input.base}"
+        " --train-data {input.train} > {log} 2>&1"
+
+
+# Verl settings: a one-step run of verl's trainer on the setting's cluster shape (dppo_bench.verl_plugin.probe),
+# under the probe's time limit (dppo_bench.plan.PROBE_RUNTIME_MIN, the one `dppo-bench plan` budgets).
+rule probe_mismatch_verl:
+    input:
+        setting=setting_file,
+        train=verl_train_data,
+        val=verl_val_data,
+    output:
+        "results/probes/{setting}/mismatch.npz",
+    log:
+        "logs/probe_mismatch/{setting}.log",
+    wildcard_constraints:
+        setting=VERL_SETTINGS,
+    resources:
+        nodes=verl_nodes,
+        gpu=verl_gpus,
+        runtime=PROBE_RUNTIME_MIN,
+        mpi=verl_mpi,
+        tasks_per_node=verl_tasks_per_node,
+    conda:
+        "../../environment.yml"
+    shell:
+        "dppo-bench probe mismatch --setting {wildcards.setting} --out {output} --train-data {input.train}"
+        " --val-data {input.val} > {log} 2>&1"
