@@ -33,8 +33,10 @@ def _holder(text: str) -> str:
 
 
 @contextmanager
-def run_lock(run_dir: Path | str, name: str = LOCK_NAME) -> Iterator[Path]:
-    """Hold the lock ``run_dir/name`` for the ``with`` block; one already held raises :class:`RunLockedError`."""
+def run_lock(run_dir: Path | str, name: str = LOCK_NAME) -> Iterator[int]:
+    """Hold the lock ``run_dir/name`` for the ``with`` block; one already held raises :class:`RunLockedError`.
+    Yields the lock's file descriptor: a child process given it (``pass_fds``) holds the lock too, until it exits,
+    so a worker that outlives its killed parent still keeps a second writer out."""
     from dppo_bench.provenance import now
 
     path = Path(run_dir) / name
@@ -52,6 +54,6 @@ def run_lock(run_dir: Path | str, name: str = LOCK_NAME) -> Iterator[Path]:
         record = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": now(), "command": sys.argv}
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
-        yield path
+        yield fd
     finally:
         os.close(fd)  # releases the lock; the file stays (removing it would let two processes lock two files)

@@ -103,6 +103,26 @@ def test_two_verl_launchers_on_one_run(tmp_path):
     assert [r["step"] for r in run.read_metrics()] == list(range(11))
 
 
+@pytest.mark.slow
+def test_verls_trainer_holds_the_lock_when_its_launcher_is_killed_alone(tmp_path):
+    """A launcher killed while verl's trainer lives on (its own process): the trainer still writes the run, so the
+    run stays locked until the trainer ends too."""
+    cmd, run = verl_train_cmd(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "FAKE_", "WANDB_"))}
+    first = subprocess.Popen(cmd, env={**env, "FAKE_HANG_AT": "6"}, start_new_session=True, stdout=subprocess.DEVNULL)
+    try:
+        log = run.path / "verl_logs" / "attempt-001.jsonl"
+        wait_for(lambda: log.is_file() and log.read_text().count("\n") >= 5, first)
+        first.kill()  # the launcher alone
+        first.wait()
+        second = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        assert second.returncode == 2 and "this run is being written by another process" in second.stderr
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)  # now the orphaned trainer too
+    subprocess.run(cmd, env=env, check=True, capture_output=True)
+    assert [r["step"] for r in run.read_metrics()] == list(range(11))
+
+
 def test_two_evaluations_of_one_run_and_benchmark(tmp_path, capsys):
     from dppo_bench.cli import main
 

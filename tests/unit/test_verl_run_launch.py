@@ -137,7 +137,7 @@ def test_rerunning_a_finished_run_changes_no_record(tmp_path, run_inputs):
 
 
 def test_exit_zero_before_the_last_step_is_not_completed(tmp_path, run_inputs):
-    def trainer(argv, env, nodes, gpus):
+    def trainer(argv, env, nodes, gpus, **_):
         return 0, {}
 
     outcome = L.launch(make_run(tmp_path, run_inputs), trainer=trainer)
@@ -148,7 +148,7 @@ def test_exit_zero_before_the_last_step_is_not_completed(tmp_path, run_inputs):
 def test_the_trainer_gets_the_log_file_wandb_mode_and_the_plugin(tmp_path, run_inputs):
     seen = {}
 
-    def trainer(argv, env, nodes, gpus):
+    def trainer(argv, env, nodes, gpus, **_):
         seen.update(argv=argv, env=env, nodes=nodes, gpus=gpus)
         return 1, {}
 

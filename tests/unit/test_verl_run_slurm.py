@@ -142,7 +142,7 @@ def test_a_missing_scontrol_stops_a_multi_node_run_but_not_a_one_node_one(tmp_pa
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(S.ClusterError, match="scontrol not found on PATH"):
         L.placement(STRIPPED, 3)
-    code, where = L.run_trainer(["t"], STRIPPED, 1, 8, popen=lambda argv, env: FakeStep(argv, dies=True))
+    code, where = L.run_trainer(["t"], STRIPPED, 1, 8, popen=lambda argv, env, **_: FakeStep(argv, dies=True))
     assert code == 1 and where["slurm"]["job_id"] == "4242" and "scontrol not found" in where["slurm"]["error"]
 
 
@@ -248,7 +248,7 @@ def test_run_trainer_builds_the_cluster_and_runs_verl_on_the_head():
         def __exit__(self, *exc):
             seen["stopped"] = True
 
-    def popen(argv, env):
+    def popen(argv, env, **_):
         seen.update(argv=argv, env=env)
         return FakeStep(argv, dies=True)
 
@@ -274,7 +274,7 @@ def test_run_trainer_builds_the_cluster_and_runs_verl_on_the_head():
 def test_one_node_or_a_users_cluster_runs_verl_directly():
     seen = []
 
-    def popen(argv, env):
+    def popen(argv, env, **_):
         seen.append((argv, env.get("RAY_ADDRESS")))
         return FakeStep(argv, dies=True)
 

@@ -233,12 +233,14 @@ def run_trainer(
     nodes: int,
     gpus_per_node: int,
     *,
+    keep_fds: tuple[int, ...] = (),
     popen: Callable[..., subprocess.Popen] = subprocess.Popen,
     cluster: Callable[..., RayOnSlurm] = RayOnSlurm,
     plan: Callable[..., object] = plan_cluster,
 ) -> tuple[int, dict]:
     """Run verl's trainer to its end; (exit code, where it ran and any signal passed on to it). Several nodes
-    need a SLURM allocation (a Ray cluster is built in it) or a Ray cluster of the user's own (``RAY_ADDRESS``)."""
+    need a SLURM allocation (a Ray cluster is built in it) or a Ray cluster of the user's own (``RAY_ADDRESS``).
+    ``keep_fds``: descriptors the trainer inherits (the run's lock)."""
     job = placement(env, nodes)
     slurm = job.record() if job else slurm_record(env)
     where: dict = {"nodes": nodes, "gpus_per_node": gpus_per_node, "slurm": slurm}
@@ -246,12 +248,12 @@ def run_trainer(
         try:
             if job is None:
                 where["ray"] = env.get("RAY_ADDRESS") or "started by verl"
-                signals.child = popen(argv, env=env)
+                signals.child = popen(argv, env=env, pass_fds=keep_fds)
                 return _wait(signals.child), where
             ray_cluster = plan(job, nodes, gpus_per_node)
             with cluster(ray_cluster) as ray_env:
                 where["ray"] = ray_env["RAY_ADDRESS"]
-                signals.child = popen(driver_command(ray_cluster, argv), env={**env, **ray_env})
+                signals.child = popen(driver_command(ray_cluster, argv), env={**env, **ray_env}, pass_fds=keep_fds)
                 return _wait(signals.child), where
         finally:
             where["signal"] = signals.received
@@ -275,7 +277,7 @@ def _attempt(run: VerlRun, trainer: Callable[..., tuple[int, dict]], held: ExitS
     data = data_records(s, run.train_data, run.val_data)
     metric_map = MetricMap.for_benchmarks(s.eval.benchmarks)
     model, snapshot = model_record(s)
-    held.enter_context(run_lock(run.run_dir.path))
+    lock = held.enter_context(run_lock(run.run_dir.path))
     run.run_dir.create()
     start_record(run.run_dir, s, run.recipe, run.seed, data)
     fold_pending(run.run_dir, metric_map)
@@ -304,7 +306,8 @@ def _attempt(run: VerlRun, trainer: Callable[..., tuple[int, dict]], held: ExitS
     print(f"attempt {k} of {s.id}/{run.recipe.id}/seed{run.seed}, resuming from step {resumed}", flush=True)
     returncode, where, error = None, {}, None
     try:
-        returncode, where = trainer([*run.command, *overrides], env, v.nodes, v.gpus_per_node)
+        # verl's trainer holds the run's lock too: killed, the launcher leaves no unlocked run while verl writes
+        returncode, where = trainer([*run.command, *overrides], env, v.nodes, v.gpus_per_node, keep_fds=(lock,))
     except BaseException as e:
         error = e
         raise
