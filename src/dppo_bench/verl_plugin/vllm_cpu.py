@@ -19,7 +19,7 @@ from dppo_bench.verl_plugin.run_config import cpu_requested
 from dppo_bench.verl_plugin.topk.hooks import wrap
 
 
-def reloadable(original):
+def reloadable(_original):
     def dispatch_cpu_unquantized_gemm(layer, remove_weight):
         layer.cpu_linear = _linear  # never a kernel holding its own copy of the weight; the parameter stays
 
