@@ -78,7 +78,7 @@ def probe_verl(args: argparse.Namespace, setting, *, trainer=None) -> int:
         "backend": "verl",
         "seed": args.seed,
         "sequences": probe_setting(setting).train.prompts_per_step * setting.train.responses_per_prompt,
-        "tv_over": "mu's top-20 plus the rest (the Top-K reduction; a lower bound of the full TV)",
+        "tv_over": f"mu's top-{v.topk} plus the rest (the Top-K reduction; a lower bound of the full TV)",
         "rollout": f"vLLM, {v.precision}; loss mode {PROBE_METHOD} in bypass mode, one mini-batch",
         "model": v.model.path,
     }

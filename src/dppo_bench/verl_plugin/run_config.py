@@ -116,7 +116,7 @@ def run_overrides(
         f"{ACTOR}.use_kl_loss=False",
         f"{ACTOR}.entropy_coeff=0",
         f"{ACTOR}.calculate_entropy=True",  # logged (the paper's entropy panels), not in the loss
-        *method_overrides(recipe, setting.hyperparameter_profile),
+        *method_overrides(recipe, setting.hyperparameter_profile, topk=v.topk),
         # rollout: vLLM at the paper's temperature, full vocabulary (mu is then the same distribution as pi)
         f"{ROLLOUT}.name=vllm",
         f"{ROLLOUT}.n={t.responses_per_prompt}",
