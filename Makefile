@@ -43,8 +43,8 @@ smoke: venv
 
 # The cluster path on this machine: every method of the miniature through verl's own trainer and vLLM's CPU build.
 verl-cpu: venv
-	$(BIN)/snakemake --cores $(CORES) verl_cpu
-	@echo "figure: results/verl_cpu/figure.png (and .pdf); table: results/verl_cpu/table.md (.csv, .tex)"
+	$(BIN)/snakemake --cores $(CORES) verl_cpu verl_cpu_mismatch
+	@echo "figures: results/verl_cpu/figure.png, results/verl_cpu_mismatch/figure.png (and .pdf); tables: table.md beside them"
 
 lint: venv
 	$(BIN)/ruff check src tests benchmarks

@@ -4,7 +4,7 @@ a cluster: `snakemake` prepares the data with `dppo-bench data prepare`, builds 
 `dppo-bench train` (the verl launcher) and evaluates through verl's validation dumps and `evaluate-verl`.
 
 One binary, one Top-K and one recompute-anchored method (recipes/settings/tiny_verl.yaml, 8 steps, a checkpoint
-and a validation every 4). The recompute run is first killed twice with SIGKILL during training, as a crashed or
+and a validation every 4), and the mismatch probe of Fig. 2 through verl (experiment verl_cpu_mismatch). The recompute run is first killed twice with SIGKILL during training, as a crashed or
 cancelled job dies (its whole process group and every Ray process it started), and then resumed by the pipeline.
 """
 
@@ -99,7 +99,8 @@ def workdir(tmp_path_factory):
     assert prepared.returncode == 0, prepared.stderr[-3000:]
     for attempt, step in enumerate(KILL_AFTER, start=1):
         train_until_killed(workdir, RECOMPUTE, attempt, step)
-    done = snakemake(workdir, "--cores", "2", *(summary(workdir, m) for m in (BINARY, TOPK, RECOMPUTE)))
+    targets = [summary(workdir, m) for m in (BINARY, TOPK, RECOMPUTE)] + ["results/verl_cpu_mismatch/table.md"]
+    done = snakemake(workdir, "--cores", "2", *targets)
     assert done.returncode == 0, done.stderr[-5000:]
     return workdir
 
@@ -157,3 +158,20 @@ def test_a_run_killed_twice_resumes_from_verls_checkpoint(workdir):
         "attempt-001.jsonl", "attempt-002.jsonl", "attempt-003.jsonl",
     ]  # fmt: skip
     assert [r["step"] for r in rows(workdir, RECOMPUTE)] == list(range(9))
+
+
+def test_the_mismatch_probe_ran_through_verl_and_vllm(workdir):
+    """Fig. 2 from the engines' own numerics: the ratio scatters for rare tokens and narrows to 1 as mu -> 1."""
+    import numpy as np
+
+    record = np.load(workdir / "results" / "probes" / SETTING / "mismatch.npz")
+    mu, pi, tv = record["mu"], record["pi"], record["tv"]
+    meta = json.loads(str(record["meta"]))
+    assert meta["backend"] == "verl" and meta["setting"] == SETTING and "top-4" in meta["tv_over"]
+    setting = find_setting(SETTING)
+    assert len(mu) > setting.train.prompts_per_step * setting.train.responses_per_prompt  # every generated token
+    ratio = pi / mu
+    spread = {name: np.subtract(*np.quantile(ratio[m], [0.95, 0.05])) for name, m in
+              {"rare": mu < 0.5, "likely": mu >= 0.99}.items()}  # fmt: skip
+    assert spread["likely"] < spread["rare"] and np.all(tv >= 0) and np.median(tv) < 0.05
+    assert (workdir / "results" / "verl_cpu_mismatch" / "table.md").is_file()

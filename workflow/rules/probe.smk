@@ -27,12 +27,14 @@ rule probe_mismatch_verl:
         setting=setting_file,
         train=verl_train_data,
         val=verl_val_data,
+        model=verl_model,
     output:
         "results/probes/{setting}/mismatch.npz",
     log:
         "logs/probe_mismatch/{setting}.log",
     wildcard_constraints:
         setting=VERL_SETTINGS,
+    threads: verl_threads
     resources:
         nodes=verl_nodes,
         gpu=verl_gpus,
