@@ -4,8 +4,9 @@ a cluster: `snakemake` prepares the data with `dppo-bench data prepare`, builds 
 `dppo-bench train` (the verl launcher) and evaluates through verl's validation dumps and `evaluate-verl`.
 
 One binary, one Top-K and one recompute-anchored method (recipes/settings/tiny_verl.yaml, 8 steps, a checkpoint
-and a validation every 4), and the mismatch probe of Fig. 2 through verl (experiment verl_cpu_mismatch). The recompute run is first killed twice with SIGKILL during training, as a crashed or
-cancelled job dies (its whole process group and every Ray process it started), and then resumed by the pipeline.
+and a validation every 4), and the mismatch probe of Fig. 2 through verl (experiment verl_cpu_mismatch). The
+recompute run is first killed twice with SIGKILL during training, as a crashed or cancelled job dies (its whole
+process group and every Ray process it started), and then resumed by the pipeline.
 """
 
 import importlib.util
