@@ -138,8 +138,9 @@ def local_batch(anchor):
 out = {}
 for method in sys.argv[1:]:
     recipe = find_method(method)
-    profile = setting.hyperparameter_profile if setting.hyperparameter_profile in recipe.hyperparameters else "efficiency"
-    rule, hp = get_mask(recipe.mask), recipe.profile(profile)  # the efficiency study's rules have only its profile
+    # the efficiency study's rules have only the efficiency profile
+    profile = "efficiency" if "efficiency" in recipe.hyperparameters else setting.hyperparameter_profile
+    rule, hp = get_mask(recipe.mask), recipe.profile(profile)
     low, high = rule.low_high(hp.values())
     alpha = rule.alpha(hp.values())
     policy_loss = {"loss_mode": recipe.mask, **({"dro_beta": alpha} if alpha is not None else {})}
