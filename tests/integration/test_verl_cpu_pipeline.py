@@ -176,3 +176,16 @@ def test_the_mismatch_probe_ran_through_verl_and_vllm(workdir):
               {"rare": mu < 0.5, "likely": mu >= 0.99}.items()}  # fmt: skip
     assert spread["likely"] < spread["rare"] and np.all(tv >= 0) and np.median(tv) < 0.05
     assert (workdir / "results" / "verl_cpu_mismatch" / "table.md").is_file()
+
+
+@pytest.mark.parametrize("method", [BINARY, TOPK])
+def test_app_d_counts_the_masked_token_ids_of_every_verl_step(workdir, method):
+    """App. D's counting inside verl's real update: one file per step (and rank), non-empty where the loss masked."""
+    counts_dir = run_dir(workdir, method) / "masked_tokens"
+    for row in rows(workdir, method)[1:]:
+        files = list((counts_dir / f"step{row['step']:06d}").glob("*.json"))
+        assert len(files) == 1, row["step"]
+        counts = json.loads(files[0].read_text())
+        assert set(counts) == {"pos", "neg"}
+        if row["tr/mask_frac"] > 0:
+            assert sum(counts["pos"].values()) + sum(counts["neg"].values()) > 0, row["step"]
