@@ -54,6 +54,40 @@ class RunDir:
         self.write_run(info)
         return info
 
+
+    def start(self, setting, recipe, seed: int, inputs: dict) -> dict:
+        """run.json at start; a rerun must be the same run (same recipe, setting and seed) to resume it."""
+        from dppo_bench.provenance import now, provenance
+
+        identity = {
+            "setting": setting.id,
+            "method": recipe.id,
+            "seed": seed,
+            "backend": setting.backend,
+            "setting_sha256": setting.sha256(),
+            "recipe_sha256": recipe.sha256(),
+        }
+        old = self.read_run()
+        if old:
+            clash = {k: (old.get(k), v) for k, v in identity.items() if old.get(k) != v}
+            if clash:
+                raise ValueError(
+                    f"{self.run_json}: holds a different run ({clash}); refusing to resume or overwrite it"
+                )
+        return self.update_run(
+            **identity,
+            hyperparameters=recipe.profile(setting.hyperparameter_profile).values(),
+            hyperparameter_profile=setting.hyperparameter_profile,
+            recipe=recipe.model_dump(mode="json"),
+            setting_config=setting.model_dump(mode="json"),
+            inputs=inputs,
+            provenance=provenance(),
+            status="running",
+            started_at=old.get("started_at", now()),
+            resumed_at=[*old.get("resumed_at", []), now()] if old else [],
+            finished_at=None,
+        )
+
     def mark_done(self, outcome: dict) -> None:
         atomic_write_text(self.done, json.dumps(outcome, sort_keys=True) + "\n")
 

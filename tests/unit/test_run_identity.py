@@ -3,7 +3,6 @@
 import pytest
 
 from dppo_bench.aggregate.collect import read_run
-from dppo_bench.commands.train import start_record
 from dppo_bench.config import find_method, find_setting
 from dppo_bench.rundir import RunDir
 
@@ -80,7 +79,7 @@ def test_a_finished_run_is_not_stale_after_a_seed_is_added(tmp_path):
 
 def test_a_killed_run_resumes_with_a_longer_time_limit_but_not_another_lr(tmp_path):
     run = RunDir(tmp_path / "run").create()
-    start_record(run, VERL, RECIPE, 0, {})
-    start_record(run, with_verl(VERL, runtime_min=VERL.verl.runtime_min + 60), RECIPE, 0, {})
+    run.start(VERL, RECIPE, 0, {})
+    run.start(with_verl(VERL, runtime_min=VERL.verl.runtime_min + 60), RECIPE, 0, {})
     with pytest.raises(ValueError, match="holds a different run"):
-        start_record(run, with_train(VERL, lr=VERL.train.lr * 2), RECIPE, 0, {})
+        run.start(with_train(VERL, lr=VERL.train.lr * 2), RECIPE, 0, {})

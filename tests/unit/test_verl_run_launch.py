@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from verl_fixtures import FAKE_COMMAND, prepared_data, write_parquet, write_verl_setting
 
-from dppo_bench.commands.train import file_sha256
 from dppo_bench.config import ConfigError, find_method, load_setting
+from dppo_bench.io import file_sha256
 from dppo_bench.rundir import RunDir
 from dppo_bench.verl_plugin import launch as L
 

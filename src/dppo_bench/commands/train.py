@@ -53,38 +53,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=train)
 
 
-def start_record(run_dir, setting, recipe, seed: int, inputs: dict) -> dict:
-    """run.json at start; a rerun must be the same run (same recipe, setting and seed) to resume it."""
-    from dppo_bench.provenance import now, provenance
-
-    identity = {
-        "setting": setting.id,
-        "method": recipe.id,
-        "seed": seed,
-        "backend": setting.backend,
-        "setting_sha256": setting.sha256(),
-        "recipe_sha256": recipe.sha256(),
-    }
-    old = run_dir.read_run()
-    if old:
-        clash = {k: (old.get(k), v) for k, v in identity.items() if old.get(k) != v}
-        if clash:
-            raise ValueError(f"{run_dir.run_json}: holds a different run ({clash}); refusing to resume or overwrite it")
-    return run_dir.update_run(
-        **identity,
-        hyperparameters=recipe.profile(setting.hyperparameter_profile).values(),
-        hyperparameter_profile=setting.hyperparameter_profile,
-        recipe=recipe.model_dump(mode="json"),
-        setting_config=setting.model_dump(mode="json"),
-        inputs=inputs,
-        provenance=provenance(),
-        status="running",
-        started_at=old.get("started_at", now()),
-        resumed_at=[*old.get("resumed_at", []), now()] if old else [],
-        finished_at=None,
-    )
-
-
 def wandb_run(run_dir, setting, recipe, seed: int):
     """A wandb run inside the run directory, named as the verl backend names its runs; offline unless WANDB_MODE
     says otherwise (the verl launcher does the same)."""
@@ -154,7 +122,7 @@ def train_local(args: argparse.Namespace, setting, recipe) -> int:
         "train_data": str(args.train_data),
         "train_data_sha256": file_sha256(args.train_data),
     }
-    start_record(run_dir, setting, recipe, args.seed, inputs)
+    run_dir.start(setting, recipe, args.seed, inputs)
     run = LocalRun(setting, recipe, args.seed, args.base_model, args.train_data)
     wb = wandb_run(run_dir, setting, recipe, args.seed) if args.wandb else None
     try:

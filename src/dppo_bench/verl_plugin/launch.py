@@ -32,8 +32,8 @@ from importlib import metadata
 from pathlib import Path
 
 from dppo_bench import canonical
-from dppo_bench.commands.train import file_sha256, start_record
 from dppo_bench.config import ConfigError, MethodRecipe, Setting
+from dppo_bench.io import file_sha256
 from dppo_bench.rundir import RunDir
 from dppo_bench.runlock import run_lock
 from dppo_bench.verl_plugin.patches import PINNED_VERL
@@ -279,7 +279,7 @@ def _attempt(run: VerlRun, trainer: Callable[..., tuple[int, dict]], held: ExitS
     model, snapshot = model_record(s)
     lock = held.enter_context(run_lock(run.run_dir.path))
     run.run_dir.create()
-    start_record(run.run_dir, s, run.recipe, run.seed, data)
+    run.run_dir.start(s, run.recipe, run.seed, data)
     fold_pending(run.run_dir, metric_map)
 
     attempts = run.run_dir.read_run().get("attempts", [])
