@@ -210,7 +210,10 @@ def cpu_overrides(setting: Setting) -> list[str]:
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
         "+ray_kwargs.ray_init.num_gpus=1",
         "+ray_kwargs.ray_init.num_cpus=6",
-        "data.dataloader_num_workers=0",  # the data loader in the trainer's process, not 8 more processes
+        # one process each where verl starts 8 (data loader, agent loops, reward loops): each holds torch and verl
+        "data.dataloader_num_workers=0",
+        f"{ROLLOUT}.agent.num_workers=1",
+        "reward.num_workers=1",
     ]
 
 
