@@ -62,19 +62,18 @@ def binary_kl(
     pi_logprob: torch.Tensor,
     *,
     p: torch.Tensor | None = None,
-    q: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """KL(Bernoulli(mu(a)) || Bernoulli(pi(a))) of the sampled token a.
 
-    ``p`` and ``q`` may pass exp() of the two log-probs when the caller already has them. The
-    "other" side uses 1 - p directly (as verl's ``dppo_kl``): it is exact to float32 rounding,
-    and the loss path cannot afford two more transcendental passes per token.
+    ``p`` may pass exp() of mu's log-prob when the caller already has it. The
+    "other" side's masses 1 - p and 1 - q come from the log-probs with expm1: ``1.0 - exp(lp)`` rounds
+    to 0 once a probability is within float32 rounding of 1 (log pi = -1e-9), which floors the mass
+    and inflates the KL of exactly the confident tokens the mask must keep.
     """
     mu_lp, pi_lp = _logp(mu_logprob), _logp(pi_logprob)
     p = mu_lp.exp() if p is None else p.float()
-    q = pi_lp.exp() if q is None else q.float()
-    p_rest = 1.0 - p
-    log_ratio_rest = p_rest.clamp(min=MASS_FLOOR).log() - (1.0 - q).clamp(min=MASS_FLOOR).log()
+    p_rest, q_rest = -mu_lp.expm1(), -pi_lp.expm1()
+    log_ratio_rest = p_rest.clamp(min=MASS_FLOOR).log() - q_rest.clamp(min=MASS_FLOOR).log()
     return (p * (mu_lp - pi_lp) + p_rest * log_ratio_rest).clamp(min=0.0)
 
 

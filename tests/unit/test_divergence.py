@@ -21,6 +21,23 @@ def test_binary_closed_form():
     torch.testing.assert_close(D.binary_kl(mu.log(), pi.log()), torch.tensor(expected_kl), rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize(
+    ("log_mu", "log_pi"),
+    [(-0.003, -1e-9), (-1e-9, -0.003), (-2e-7, -3e-8), (-0.05, -1e-7), (-1e-8, -1e-8), (-5.0, -1e-9)],
+)
+def test_binary_kl_exact_when_a_probability_is_within_rounding_of_one(log_mu, log_pi):
+    """exp(-1e-9) is 1.0 in float32, so 1 - pi computed from pi is 0; the KL must come from the log-probs."""
+    p, q = math.exp(log_mu), math.exp(log_pi)
+    exact = p * (log_mu - log_pi) + (1 - p) * (math.log(-math.expm1(log_mu)) - math.log(-math.expm1(log_pi)))
+    got = D.binary_kl(torch.tensor([log_mu]), torch.tensor([log_pi])).item()
+    assert got == pytest.approx(exact, rel=1e-3, abs=1e-7)
+
+
+def test_binary_kl_keeps_a_confident_token_the_paper_keeps():
+    # the issue's token: exact KL 0.042 < delta 0.05 (kept); from 1 - pi = 0 floored at 1e-12 it read 0.062
+    assert D.binary_kl(torch.tensor([-0.003]), torch.tensor([-1e-9])).item() < 0.05
+
+
 def test_topk_closed_form():
     # kept {a, b} with mu = (0.5, 0.3), pi = (0.4, 0.4); other bucket 0.2 vs 0.2
     mu, pi = torch.tensor([[0.5, 0.3]]), torch.tensor([[0.4, 0.4]])

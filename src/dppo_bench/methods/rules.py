@@ -39,7 +39,7 @@ def binary_tv(t: Tokens, low: float, high: float) -> torch.Tensor:
 @register_mask("dppo_binary_kl", anchors=("rollout",), thresholds="delta")
 @register_mask("dppo_binary_kl_recompute", anchors=("recompute",), thresholds="delta")
 def binary_kl(t: Tokens, low: float, high: float) -> torch.Tensor:
-    kl = divergence.binary_kl(t.log_anchor, t.log_pi, p=t.anchor, q=t.pi)
+    kl = divergence.binary_kl(t.log_anchor, t.log_pi, p=t.anchor)
     return _moving_away(t, kl, low, high)
 
 
