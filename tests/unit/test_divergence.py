@@ -27,8 +27,8 @@ def test_binary_closed_form():
 )
 def test_binary_kl_exact_when_a_probability_is_within_rounding_of_one(log_mu, log_pi):
     """exp(-1e-9) is 1.0 in float32, so 1 - pi computed from pi is 0; the KL must come from the log-probs."""
-    p, q = math.exp(log_mu), math.exp(log_pi)
-    exact = p * (log_mu - log_pi) + (1 - p) * (math.log(-math.expm1(log_mu)) - math.log(-math.expm1(log_pi)))
+    p = math.exp(log_mu)
+    exact = p * (log_mu - log_pi) - math.expm1(log_mu) * (math.log(-math.expm1(log_mu)) - math.log(-math.expm1(log_pi)))
     got = D.binary_kl(torch.tensor([log_mu]), torch.tensor([log_pi])).item()
     assert got == pytest.approx(exact, rel=1e-3, abs=1e-7)
 
