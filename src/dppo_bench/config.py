@@ -39,6 +39,9 @@ class Strict(BaseModel):
 Threshold = Annotated[float, Field(ge=0.0)]
 
 
+IS_CAP_LIMIT = 1e4  # clip_ratio_c at or above it means no cap in our verl losses
+
+
 class Hyperparameters(Strict):
     """One profile of a method's hyperparameters (the paper's values for one regime)."""
 
@@ -46,7 +49,9 @@ class Hyperparameters(Strict):
     eps_low: Threshold | None = None  # ratio clip, negative-advantage side: r < 1 - eps_low
     eps_high: Threshold | None = None  # ratio clip, positive-advantage side: r > 1 + eps_high
     alpha: Annotated[float, Field(ge=0.0, le=1.0)] | None = None  # Sec. 6: no clip where mu < alpha
-    is_cap: Annotated[float, Field(ge=1.0)] | None  # C in min(pi/mu, C); null = no cap (required)
+    # C in min(pi/mu, C); null = no cap, the paper's C = infinity (required). Below IS_CAP_LIMIT, verl's encoding of
+    # "no cap" (dppo_bench.verl_plugin.hyperparameters): a larger C would be a cap locally and none on verl
+    is_cap: Annotated[float, Field(ge=1.0, lt=IS_CAP_LIMIT)] | None
 
     def values(self) -> dict[str, float | None]:
         return {k: getattr(self, k) for k in type(self).model_fields if k in self.model_fields_set}

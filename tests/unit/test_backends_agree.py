@@ -35,7 +35,7 @@ from dppo_bench.local.model import build_model, load_model, save_model
 from dppo_bench.local.tokenizer import build_tokenizer
 from dppo_bench.local.update import Batch, Loss, update
 from dppo_bench.methods import get_mask
-from dppo_bench.verl_plugin.losses import NO_CAP
+from dppo_bench.verl_plugin.hyperparameters import NO_CAP
 
 initialize_global_process_group_ray(timeout_second=60)
 setting = find_setting("tiny_verl_local")

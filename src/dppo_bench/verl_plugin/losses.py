@@ -10,10 +10,7 @@ mode the run was configured in (see :mod:`dppo_bench.verl_plugin.overrides`):
   ``log mu = old_log_prob - log(rollout_is_weights)``. The weights are used only to recover
   mu, never multiplied in again: the weight is always min(pi / mu, C).
 
-Hyperparameters come through verl's existing keys: ``clip_ratio_low`` (negative-advantage
-side), ``clip_ratio_high`` (positive side), ``clip_ratio_c`` (C; >= ``NO_CAP`` = no cap) and, for
-the efficiency study's rules only, ``policy_loss.dro_beta`` (alpha; read by verl's ``dro`` mode
-alone, and None by default, so a run that forgot to set it fails instead of relaxing silently).
+Hyperparameters come through verl's existing keys (:mod:`dppo_bench.verl_plugin.hyperparameters`).
 
 Top-K modes also need the per-token top-K divergence, which verl's loss signature cannot carry:
 the trainer's forward computes it and the patched ``ppo_loss`` exposes it for the duration of the
@@ -28,32 +25,7 @@ from typing import Any
 import torch
 
 from dppo_bench.methods import MaskRule, surrogate_loss
-
-NO_CAP = 1e4
-ALPHA_KEY = "actor_rollout_ref.actor.policy_loss.dro_beta"
-
-
-def is_cap_from_verl(clip_ratio_c: float) -> float | None:
-    return None if clip_ratio_c >= NO_CAP else float(clip_ratio_c)
-
-
-def _thresholds(config: Any) -> tuple[float, float]:
-    low = config.clip_ratio_low if config.clip_ratio_low is not None else config.clip_ratio
-    high = config.clip_ratio_high if config.clip_ratio_high is not None else config.clip_ratio
-    return float(low), float(high)
-
-
-def _alpha(rule: MaskRule, config: Any) -> float | None:
-    """alpha of an "eps_alpha" rule from ``policy_loss.dro_beta`` (see the module docstring)."""
-    if not rule.reads_alpha:
-        return None
-    alpha = config.policy_loss.get("dro_beta", None)
-    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0.0 <= alpha <= 1.0:
-        raise ValueError(
-            f"loss mode {rule.name!r} reads alpha from {ALPHA_KEY}, which must be a probability in [0, 1]; "
-            f"got {alpha!r}"
-        )
-    return float(alpha)
+from dppo_bench.verl_plugin.hyperparameters import from_verl
 
 
 def _anchors(
@@ -145,7 +117,7 @@ def make_verl_loss(rule: MaskRule):
             raise ValueError(f"loss mode {rule.name!r} needs the actor config (clip_ratio_low/high/c)")
         topk = _topk_divergence(rule, log_prob) if rule.needs_topk else None
         mu, anchor = _anchors(rule, old_log_prob, rollout_is_weights, response_mask.bool())
-        low, high = _thresholds(config)
+        values = from_verl(rule, config)
         loss, stats = surrogate_loss(
             rule,
             log_prob=log_prob,
@@ -153,10 +125,10 @@ def make_verl_loss(rule: MaskRule):
             anchor_log_prob=anchor,
             advantages=advantages,
             response_mask=response_mask.bool(),
-            low=low,
-            high=high,
-            alpha=_alpha(rule, config),
-            is_cap=is_cap_from_verl(config.clip_ratio_c),
+            low=values.low,
+            high=values.high,
+            alpha=values.alpha,
+            is_cap=values.is_cap,
             loss_agg_mode=loss_agg_mode,
             topk_divergence=topk,
             batch_info=dict(config.global_batch_info),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dppo_bench.config import MethodRecipe
 from dppo_bench.methods import get_mask
-from dppo_bench.verl_plugin.losses import ALPHA_KEY, NO_CAP
+from dppo_bench.verl_plugin.hyperparameters import LossValues, to_verl
 from dppo_bench.verl_plugin.topk.fields import CUSTOM_KEY, VLLM_DEFAULT_MAX_LOGPROBS
 
 ACTOR = "actor_rollout_ref.actor"
@@ -24,19 +24,13 @@ def method_overrides(recipe: MethodRecipe, profile: str, *, topk: int = PAPER_TO
     pass. Recompute anchor: decoupled mode with token-level rollout IS at an unbounded
     threshold, from which the loss recovers mu (see :mod:`dppo_bench.verl_plugin.losses`).
     """
-    hp = recipe.profile(profile)
     rule = get_mask(recipe.mask)
-    low, high = rule.low_high(hp.values())
-    cap = NO_CAP if hp.is_cap is None else hp.is_cap
+    values = to_verl(LossValues.of(rule, recipe.profile(profile)))
     overrides = [
         f"{ACTOR}.policy_loss.loss_mode={recipe.mask}",
-        f"{ACTOR}.clip_ratio_low={low}",
-        f"{ACTOR}.clip_ratio_high={high}",
-        f"{ACTOR}.clip_ratio_c={float(cap)}",
+        *(f"{ACTOR}.{key}={value}" for key, value in values.items()),
         "actor_rollout_ref.rollout.calculate_log_probs=True",
     ]
-    if rule.reads_alpha:
-        overrides.append(f"{ALPHA_KEY}={rule.alpha(hp.values())}")
     if recipe.anchor == "rollout":
         overrides += [f"{ROLLOUT_CORRECTION}.bypass_mode=True", f"{ROLLOUT_CORRECTION}.rollout_is=null"]
     else:
