@@ -62,8 +62,10 @@ _NAME_EQUALS = re.compile(r"^[A-Za-z](?:_\{?\w+\}?|')?\s*=(?!=)\s*(?=\S)")  # "x
 _TRAILING_PUNCTUATION = re.compile(r"[\s.,;]+$")
 _INTEGER = re.compile(r"[+-]?\d+(?:\.0+)?")
 _THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+")
-_ORDINAL = re.compile(r"(?<=\d)\s*(?:\^\{?\\(?:text|mathrm)\{(?:st|nd|rd|th)\}\}?|\^\{?(?:st|nd|rd|th)\}?|"
-                      r"\\(?:text|mathrm)\{\s*(?:st|nd|rd|th)\}|(?:st|nd|rd|th)\b)")
+_ORDINAL = re.compile(
+    r"(?<=\d)\s*(?:\^\{?\\(?:text|mathrm)\{(?:st|nd|rd|th)\}\}?|\^\{?(?:st|nd|rd|th)\}?|"
+    r"\\(?:text|mathrm)\{\s*(?:st|nd|rd|th)\}|(?:st|nd|rd|th)\b)"
+)
 _UNIT_SUFFIX = re.compile(  # degrees, percent, or a unit in words: "25^\circ", "204 \text{ minutes}", "204 minutes"
     r"(?:\^\{?\\circ\}?|\\%|%|\\(?:text|mbox)\{[A-Za-z ]*\}|\s+[A-Za-z]{2,}(?:\s+[A-Za-z]+)*)$"
 )
