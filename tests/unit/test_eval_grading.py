@@ -57,10 +57,10 @@ def test_answer_kind():
 
 
 def test_pathological_in_process_main_thread():
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     assert grade(TOWER, "7", timeout_s=0.5) == Verdict(False, True, "9^{9^{9^9}}")
     assert grade(PARENS, "7", timeout_s=0.5).timeout
-    assert time.perf_counter() - t0 < 15  # 0.5 s of CPU, then the retry's 2 s, per parse or comparison
+    assert time.process_time() - t0 < 10  # CPU seconds: 0.5, then the retry's 2, per parse or comparison
 
 
 def test_pathological_in_the_pool(pool):
@@ -68,7 +68,7 @@ def test_pathological_in_the_pool(pool):
     verdicts = pool.grade_many([(c, a, "auto") for c, a in PATHOLOGICAL] + [(LONG_TEXT, "7", "auto")])
     assert [(v.correct, v.timeout) for v in verdicts] == [(False, True)] * 3 + [(True, False)]
     assert verdicts[0].extracted == "9^{9^{9^9}}"
-    assert time.perf_counter() - t0 < 30  # first pass in parallel, retries one at a time: never a hang
+    assert time.perf_counter() - t0 < 90  # first pass in parallel, retries one at a time: never a hang
 
 
 def test_pathological_from_threads(pool):

@@ -55,8 +55,10 @@ _WRAPPERS = ("\\boxed", "\\fbox", "\\text", "\\textbf", "\\mathbf", "\\mathrm", 
 _DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
 _SPACING = re.compile(r"\\[,!;: ]|~|\\quad|\\qquad|\\displaystyle")
 _EDGE_SPACING = re.compile(r"^(?:\s|\\[,!;: ]|~|\\q?quad\b|\\displaystyle\b)+|(?:\s|\\[,!;: ]|~|\\q?quad\b)+$")
-_REMARK = re.compile(r"\s*\([^()]*[A-Za-z]{2}[^()]*\)[\s.]*$")  # "7 (without quotes)", "12 (square units)"
+_REMARK = re.compile(r"\s*\(\s*[A-Za-z]{2,}[A-Za-z0-9 ,.'-]*\)[\s.]*$")  # "7 (without quotes)", "12 (square units)"
 _LEAD_IN = re.compile(r"^.*\b(?:is|are|equals)\s+", re.IGNORECASE | re.DOTALL)  # "The smallest value is 9"
+_VERB = re.compile(r"\b(?:is|are|equals|gives|becomes)\b|=", re.IGNORECASE)  # "$f(3)$ is $12$": the value is last
+_VALUE_LIKE = re.compile(r"[\d\\$]|^\W*\S+(?:\s+\S+)?\W*$")  # under a bare heading: math, a number or 1-2 words
 _WORDS_AFTER_VALUE = re.compile(r"(?<=[\d})\]])(?:\s+[A-Za-z]{2,}\.?)+$")  # "3 cm", "12 square units"
 _NAME_EQUALS = re.compile(r"^[A-Za-z](?:_\{?\w+\}?|')?\s*=(?!=)\s*(?=\S)")  # "x = ", "a_1 = ", "f' = "
 _TRAILING_PUNCTUATION = re.compile(r"[\s.,;]+$")
@@ -182,26 +184,30 @@ def _answer_words(text: str) -> list[int]:
     return starts
 
 
-def _marker_end(text: str, start: int) -> int | None:
-    """Where the value of an Answer marker at ``start`` begins, or None when the word is not a marker."""
+def _marker_end(text: str, start: int) -> tuple[int, bool] | None:
+    """(where the value of an Answer marker at ``start`` begins, whether the marker is a bare heading without a
+    colon), or None when the word is not a marker."""
     word_end = start + len("answer")
     if m := _LINE_TAIL.match(text, word_end):
-        return m.end()
+        return m.end(), False
     line_start = text.rfind("\n", 0, start) + 1
     if _HEADING_HEAD.fullmatch(text, line_start, start) and (m := _HEADING_TAIL.match(text, word_end)):
-        return m.end()
+        return m.end(), True
     return None
 
 
 def _final_answer_line(text: str, words: list[int]) -> Candidate | None:
     for start in words[:_MAX_MARKERS]:
-        after = _marker_end(text, start)
-        if after is None:
+        marker = _marker_end(text, start)
+        if marker is None:
             continue
+        after, bare_heading = marker
         span = _value_span(text, start, after)
         if span is None:
             return start, None  # cut off (rule 4)
         begin, end, in_math = span
+        if bare_heading and not _VALUE_LIKE.search(text[begin:end].strip()):
+            continue  # "**Final Answer**" over a closing sentence ("We are done."): not a stated value
         value = _clean_math(text[begin:end]) if in_math else _value_of_line(text[begin:end])
         if value:
             return start, Extraction(value, "answer_line")
@@ -289,9 +295,10 @@ def _value_of_line(raw: str) -> str:
     maths = [i for i, (is_math, part) in enumerate(pieces) if is_math and part.strip()]
     if not maths:
         return _clean_text(raw)
-    first = maths[0]
+    first, last = maths[0], maths[-1]
     follows_marker = not any(_clean_markdown(part) for _, part in pieces[:first])
-    return _clean_math(pieces[first if follows_marker else maths[-1]][1])
+    value_named_later = any(_VERB.search(part) for is_math, part in pieces[first:last] if not is_math)
+    return _clean_math(pieces[first if follows_marker and not value_named_later else last][1])
 
 
 def _clean_text(s: str) -> str:

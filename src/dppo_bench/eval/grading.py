@@ -112,7 +112,7 @@ def verify(
     if pool is not None:
         return pool.check_many(pairs)
     if threading.current_thread() is not threading.main_thread():
-        return shared_pool().check_many(pairs)
+        return shared_pool().check_many(pairs, timeout_s)
     count = plan_workers(len(pairs)) if workers is None else workers
     if count <= 1:
         return check_here(pairs, timeout_s)

@@ -79,30 +79,33 @@ class VerifierPool:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def check_many(self, pairs: list[Pair]) -> list[Result]:
-        """Results in input order: a first pass in parallel, then one retry alone for each pair that timed out."""
+    def check_many(self, pairs: list[Pair], cpu_limit_s: float | None = None) -> list[Result]:
+        """Results in input order: a first pass in parallel, then one retry alone for each pair that timed out.
+        ``cpu_limit_s`` overrides the pool's limit for these pairs (their wall-clock limit follows it)."""
+        cpu = cpu_limit_s or self.cpu_limit_s
+        wall = self.wall_limit_s if cpu_limit_s is None else default_wall_limit(cpu_limit_s)
         if self._pool is None:
             raise RuntimeError("the pool is not running (use it as a context manager)")
         by_answer: dict[str, list[int]] = defaultdict(list)
         for i, (_, answer) in enumerate(pairs):
             by_answer[answer].append(i)
         chunks = [idx[k : k + CHUNK] for idx in by_answer.values() for k in range(0, len(idx), CHUNK)]
-        futures = [self._submit([pairs[i] for i in chunk], self.cpu_limit_s, self.wall_limit_s) for chunk in chunks]
+        futures = [self._submit([pairs[i] for i in chunk], cpu, wall) for chunk in chunks]
         results: list[Result] = [TIMEOUT] * len(pairs)
         for chunk, future in zip(chunks, futures, strict=True):
             for i, result in zip(chunk, _chunk_results(future, len(chunk)), strict=True):
                 results[i] = result
         for i, result in enumerate(results):
             if result[1]:
-                results[i] = self._retry(pairs[i])
+                results[i] = self._retry(pairs[i], cpu, wall)
         return results
 
     def _submit(self, pairs: list[Pair], cpu_limit_s: float, wall_limit_s: float) -> Future:
         return self._pool.schedule(_check_chunk, (pairs, cpu_limit_s), timeout=wall_limit_s)
 
-    def _retry(self, pair: Pair) -> Result:
+    def _retry(self, pair: Pair, cpu_limit_s: float, wall_limit_s: float) -> Result:
         with self._retry_lock:
-            future = self._submit([pair], RETRY_FACTOR * self.cpu_limit_s, RETRY_FACTOR * self.wall_limit_s)
+            future = self._submit([pair], RETRY_FACTOR * cpu_limit_s, RETRY_FACTOR * wall_limit_s)
             return _chunk_results(future, 1)[0]
 
 

@@ -30,7 +30,6 @@ def verl_rows(spec: DatasetSpec, problems: ProblemSet, template: PromptTemplate)
                 "index": i,
                 "problem_id": p.id,
                 "answer_type": spec.answer_type,
-                "opens_reasoning": template.opens_reasoning,  # read by the reward function (verl_reward)
                 "dataset": spec.id,
             },
         }

@@ -5,14 +5,24 @@
 verl calls it from reward-loop threads and async Ray actors, where the verifier's CPU-time signal cannot run:
 ``grading.grade`` decides what it can in the calling thread and sends the rest to this process's shared grading
 pool (worker processes, thread-safe), so online validation matches ``dppo-bench score`` sample for sample. From
-``extra_info`` (written by ``data prepare``) come ``answer_type``, ``opens_reasoning`` (the prompt template's) and
-``problem_id``; the returned ``problem_id`` lands in verl's validation dumps, where ``dppo-bench eval
-convert-verl-dump`` reads it.
+``extra_info`` (written by ``data prepare``) come ``answer_type``, ``dataset`` (the spec the row was prepared
+from: its prompt template says whether the response starts inside a reasoning block) and ``problem_id``; the
+returned ``problem_id`` lands in verl's validation dumps, where ``dppo-bench eval convert-verl-dump`` reads it.
 """
 
 from __future__ import annotations
 
+from functools import cache
+
 from dppo_bench.eval.grading import DEFAULT_TIMEOUT_S, grade
+from dppo_bench.eval.prompts import load_prompt
+from dppo_bench.eval.spec import load_any
+
+
+@cache
+def opens_reasoning(dataset: str | None) -> bool:
+    """Whether the prompt template of the spec ``dataset`` opens a reasoning block (False for rows without one)."""
+    return bool(dataset) and load_prompt(load_any(dataset).prompt).opens_reasoning
 
 
 def compute_score(
@@ -31,7 +41,7 @@ def compute_score(
         solution_str,
         str(ground_truth),
         info.get("answer_type", "auto"),
-        opens_reasoning=bool(info.get("opens_reasoning", False)),
+        opens_reasoning=opens_reasoning(info.get("dataset")),
         timeout_s=float(timeout_s),
     )
     return {
