@@ -82,6 +82,6 @@ def test_strip_delimiters_nested():
     ],
 )
 def test_pathological_text_is_linear(completion):
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU time: the machine's load does not count
     extract_answer(completion)
-    assert time.perf_counter() - t0 < 1.0
+    assert time.process_time() - t0 < 1.0

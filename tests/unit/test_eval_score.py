@@ -224,7 +224,7 @@ def test_dppo_bench_score_takes_a_headerless_file(shared_data, tmp_path, capsys)
 def test_a_header_naming_an_unknown_prompt_template_is_an_error(tmp_path):
     bench, problems = tiny_benchmark(2)
     samples = rows_file(tmp_path, bench, problems, ALL, prompt={"template": "nope"})
-    with pytest.raises(SamplesError, match=r"header field 'prompt.template': .*unknown prompt template 'nope'"):
+    with pytest.raises(SamplesError, match=r"prompt template: .*unknown prompt template 'nope'"):
         score_samples(bench, problems, samples, workers=1)
 
 
@@ -237,6 +237,19 @@ def test_the_prompt_template_of_the_header_says_whether_reasoning_was_opened(tmp
     other = tmp_path / "t.jsonl.gz"
     write_samples(other, {**header(bench, problems), "prompt": {"template": "dapo_answer"}}, rows)
     assert score_samples(bench, problems, read_samples(other), workers=1)["avg@1"] == 1.0
+    with pytest.raises(SamplesError, match="header field 'prompt.template' is 'dapo_answer', not 'r1_boxed'"):
+        score_samples(bench, problems, read_samples(other), workers=1, prompt="r1_boxed")
+
+
+def test_a_headerless_file_may_name_its_prompt_template(tmp_path):
+    """Completions of an R1-style model made elsewhere: cut off inside the reasoning, they did not answer."""
+    bench, problems = tiny_benchmark(1)
+    rows = [(p.id, 0, f"so the answer is {p.answer}, let me verify") for p in problems.problems]
+    samples = read_samples(headerless(tmp_path / "r1.jsonl", rows))
+    assert score_samples(bench, problems, samples, workers=1)["avg@1"] == 1.0
+    declared = score_samples(bench, problems, samples, workers=1, prompt="r1_boxed")
+    assert declared["avg@1"] == 0.0 and declared["no_answer"] == 3
+    assert declared["prompt"] == {"template": "r1_boxed", "declared": True} and declared["model"] == UNKNOWN
 
 
 EXPENSIVE = [  # about 0.2 s of CPU each: a wall-clock limit of 0.5 s would flip them on a loaded machine

@@ -21,6 +21,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--timeout", type=float, default=5.0, help="math-verify's CPU-time limit per parse and comparison (s)"
     )
+    p.add_argument(
+        "--prompt", help="the prompt template (eval/prompts) a file without a header was made with (default: unknown)"
+    )
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     p.set_defaults(func=score)
 
@@ -35,7 +38,14 @@ def score(args: argparse.Namespace) -> int:
     problems = problems_for(spec, args.data)
     samples = read_samples(args.samples)
     scores = score_samples(
-        spec, problems, samples, n=args.n, workers=args.workers, timeout_s=args.timeout, seed=args.seed
+        spec,
+        problems,
+        samples,
+        n=args.n,
+        workers=args.workers,
+        timeout_s=args.timeout,
+        seed=args.seed,
+        prompt=args.prompt,
     )
     write_scores(scores, args.out)
     n, ci = scores["n"], scores["ci"]
@@ -45,7 +55,8 @@ def score(args: argparse.Namespace) -> int:
         f"{scores['timeouts']} timeouts, {scores['no_answer']} without an answer -> {args.out}"
     )
     if not samples.has_header:
-        print(f"  {args.samples} has no header: its model, sampling and prompt are recorded as unknown")
+        unknown = "model and sampling" if args.prompt else "model, sampling and prompt"
+        print(f"  {args.samples} has no header: its {unknown} are recorded as unknown")
     if samples.invalid_utf8_lines:
         print(f"  {samples.invalid_utf8_lines} lines of {args.samples} had invalid UTF-8 (graded wrong)")
     return 0

@@ -45,7 +45,7 @@ _HEADING_TAIL = re.compile(r"[ \t]*(?:\*\*|__)?[ \t]*(?=\n|$)")  # after it: not
 _BLANK_LINES = re.compile(r"(?:[ \t]*(?:\*\*|__)?[ \t]*\n)+")  # "Answer:" then the answer on a line of its own
 _PHRASE_TAIL = re.compile(r"[ \t]+is[ \t]*:?[ \t]*", re.IGNORECASE)  # after "answer": " is", " is:"
 _PHRASE_HEAD = ("the ", "final ")  # before "answer"
-_SENTENCE_END = re.compile(r"\.(?=\s|$)")
+_SENTENCE_END = re.compile(r"\.(?=\s|$)|,\s+(?=[A-Za-z]{2})")  # "... is 25. Done", "... is 25, so we"
 _TOKEN = re.compile(r"[^\s$]+")
 _MATH_TOKEN = re.compile(r"\\\$|\$\$|\$|\\\[|\\\]|\\\(|\\\)")  # an escaped dollar, then the math delimiters
 _CLOSER = {"$$": "$$", "$": "$", "\\[": "\\]", "\\(": "\\)"}

@@ -8,7 +8,8 @@ down to the completion that produced it. A completion whose bytes were not UTF-8
 
 A samples file with a header must be of this benchmark and problem set, and its prompt template says whether
 completions start inside a reasoning block. A file without one (made by another tool) is scored as plain
-completions, and scores.json records its model, sampling and prompt as unknown.
+completions, and scores.json records its model, sampling and prompt as unknown; its user may name the prompt
+template (``prompt``), which then decides the reasoning rule and is recorded as declared.
 """
 
 from __future__ import annotations
@@ -82,9 +83,11 @@ def score_samples(
     workers: int | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     seed: int = 0,
+    prompt: str | None = None,
 ) -> dict:
     """scores.json's content. Grades in ``pool`` if given, else in ``workers`` processes (default: as many as
-    pay for themselves, ``grading.plan_workers``; 1 = this process)."""
+    pay for themselves, ``grading.plan_workers``; 1 = this process). ``prompt``: the template a file without a
+    header was made with (for a file with one, it must be the header's)."""
     n = n or benchmark.n
     rows = check_samples(benchmark, problems, samples, n)
     answers = problems.by_id()
@@ -94,23 +97,36 @@ def score_samples(
         for pid, group in rows.items()
         for row in group
     ]
-    reasoning = opens_reasoning(samples)
+    template = prompt_template(samples, prompt)
+    reasoning = opens_reasoning(template, samples.path)
     if pool is None:
         verdicts = grade_many(items, workers=workers, opens_reasoning=reasoning, timeout_s=timeout_s)
     else:
         verdicts = pool.grade_many(items, opens_reasoning=reasoning)
-    return summarize(benchmark, problems, samples, rows, verdicts, n, seed)
+    scores = summarize(benchmark, problems, samples, rows, verdicts, n, seed)
+    if not samples.has_header and template is not None:
+        scores["prompt"] = {"template": template, "declared": True}  # by the user, not recorded at generation
+    return scores
 
 
-def opens_reasoning(samples: SamplesFile) -> bool:
-    """Whether the samples' prompt template opened a reasoning block (False when the header names none)."""
-    template = (samples.header.get("prompt") or {}).get("template")
+def prompt_template(samples: SamplesFile, declared: str | None) -> str | None:
+    """The id of the template the completions were made with: the header's, else the one the user declares."""
+    if not samples.has_header:
+        return declared
+    recorded = (samples.header.get("prompt") or {}).get("template")
+    if declared is not None and declared != recorded:
+        raise SamplesError(f"{samples.path}: header field 'prompt.template' is {recorded!r}, not {declared!r}")
+    return recorded
+
+
+def opens_reasoning(template: str | None, path: Path) -> bool:
+    """Whether the template opened a reasoning block (False when no template is known)."""
     if template is None:
         return False
     try:
         return load_prompt(template).opens_reasoning
     except ConfigError as e:
-        raise SamplesError(f"{samples.path}: header field 'prompt.template': {e}") from None
+        raise SamplesError(f"{path}: prompt template: {e}") from None
 
 
 def _sample_verdict(sample: int, verdict: Verdict, corrupt: bool) -> dict:
