@@ -4,7 +4,8 @@ import time
 
 import pytest
 
-from dppo_bench.eval.extract import as_integer, extract_answer, strip_delimiters
+from dppo_bench.eval.extract import extract_answer, strip_delimiters
+from dppo_bench.eval.values import as_integer
 
 
 @pytest.mark.parametrize(

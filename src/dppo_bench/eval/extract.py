@@ -24,9 +24,7 @@ The rules, in order (documented with their reasons in the README; cases in ``tes
 6. **Nothing else.** There is deliberately no "last number in the text" fallback: it rewards unfinished or
    unformatted completions, and it turns a completion with no answer into a lottery over the numbers it mentions.
 
-``as_integer`` then reads an extracted answer as an integer when it is one written plainly ("025", "1,000",
-"$25$", "\\text{25}", "25^\\circ", "40°", "11^{\\text{th}}", "204 minutes"): AIME answers compare as integers.
-``comparable`` gives math-verify the same reading of degree signs and ordinals.
+How an extracted answer is then read (as an integer, or by math-verify) is ``values``'s concern.
 """
 
 from __future__ import annotations
@@ -51,27 +49,15 @@ _MATH_TOKEN = re.compile(r"\\\$|\$\$|\$|\\\[|\\\]|\\\(|\\\)")  # an escaped doll
 _CLOSER = {"$$": "$$", "$": "$", "\\[": "\\]", "\\(": "\\)"}
 _DISPLAY = ("$$", "\\[")  # delimiters whose math may span lines
 _CONTEXT_CHARS = 2000  # how far back a display block holding an Answer marker may have opened
-_WRAPPERS = ("\\boxed", "\\fbox", "\\text", "\\textbf", "\\mathbf", "\\mathrm", "\\mbox", "\\textrm", "\\bm")
 _DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
-_SPACING = re.compile(r"\\[,!;: ]|~|\\quad|\\qquad|\\displaystyle")
 _EDGE_SPACING = re.compile(r"^(?:\s|\\[,!;: ]|~|\\q?quad\b|\\displaystyle\b)+|(?:\s|\\[,!;: ]|~|\\q?quad\b)+$")
 _REMARK = re.compile(r"\s*\(\s*[A-Za-z]{2,}[A-Za-z0-9 ,.'-]*\)[\s.]*$")  # "7 (without quotes)", "12 (square units)"
 _LEAD_IN = re.compile(r"^.*\b(?:is|are|equals)\s+", re.IGNORECASE | re.DOTALL)  # "The smallest value is 9"
 _VERB = re.compile(r"\b(?:is|are|equals|gives|becomes)\b|=", re.IGNORECASE)  # "$f(3)$ is $12$": the value is last
 _VALUE_LIKE = re.compile(r"[\d\\$]|^\W*\S+(?:\s+\S+)?\W*$")  # under a bare heading: math, a number or 1-2 words
 _WORDS_AFTER_VALUE = re.compile(r"(?<=[\d})\]])(?:\s+[A-Za-z]{2,}\.?)+$")  # "3 cm", "12 square units"
-_NAME_EQUALS = re.compile(r"^[A-Za-z](?:_\{?\w+\}?|')?\s*=(?!=)\s*(?=\S)")  # "x = ", "a_1 = ", "f' = "
+NAME_EQUALS = re.compile(r"^[A-Za-z](?:_\{?\w+\}?|')?\s*=(?!=)\s*(?=\S)")  # "x = ", "a_1 = ", "f' = "
 _TRAILING_PUNCTUATION = re.compile(r"[\s.,;]+$")
-_INTEGER = re.compile(r"[+-]?\d+(?:\.0+)?")
-_THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+")
-_ORDINAL = re.compile(
-    r"(?<=\d)\s*(?:\^\{?\\(?:text|mathrm)\{(?:st|nd|rd|th)\}\}?|\^\{?(?:st|nd|rd|th)\}?|"
-    r"\\(?:text|mathrm)\{\s*(?:st|nd|rd|th)\}|(?:st|nd|rd|th)\b)"
-)
-_UNIT_SUFFIX = re.compile(  # degrees, percent, or a unit in words: "25^\circ", "204 \text{ minutes}", "204 minutes"
-    r"(?:\^\{?\\circ\}?|\\%|%|\\(?:text|mbox)\{[A-Za-z ]*\}|\s+[A-Za-z]{2,}(?:\s+[A-Za-z]+)*)$"
-)
-_MAX_INTEGER_CHARS = 80
 _MAX_CLEANED_CHARS = 1000  # longer values go to the verifier as they are: keeps the prose regexes linear
 _MAX_MARKERS = 16  # Answer markers tried, last first, before giving up on finding a non-empty value
 
@@ -115,7 +101,7 @@ def _boxes_from_last(text: str) -> Iterator[tuple[int, str | None]]:
     starts = list(_BOX.finditer(text))
     if not starts:
         return
-    closing = _matching_braces(text, starts[0].start())
+    closing = matching_braces(text, starts[0].start())
     for m in reversed(starts):
         i = m.end()
         while i < len(text) and text[i] == " ":
@@ -146,7 +132,7 @@ def _final_box(text: str) -> Candidate | None:
     return None
 
 
-def _matching_braces(text: str, start: int) -> dict[int, int]:
+def matching_braces(text: str, start: int) -> dict[int, int]:
     """Position of each unescaped '{' from ``start`` on -> its matching '}' (one linear pass)."""
     stack: list[int] = []
     pairs: dict[int, int] = {}
@@ -315,13 +301,13 @@ def _clean_text(s: str) -> str:
 def _clean_math(s: str) -> str:
     if len(s) > _MAX_CLEANED_CHARS:
         return strip_delimiters(s)
-    s = _drop_unmatched_closing(s).strip().strip("*").strip()
+    s = _drop_unmatched_closing(s).strip().strip("*`").strip()
     s = strip_delimiters(_TRAILING_PUNCTUATION.sub("", s))
     s = _EDGE_SPACING.sub("", s)
     s = _REMARK.sub("", s)
     s = _TRAILING_PUNCTUATION.sub("", s)
     if s.count("=") == 1:
-        s = _NAME_EQUALS.sub("", s)
+        s = NAME_EQUALS.sub("", s)
     return s.strip()
 
 
@@ -355,7 +341,7 @@ def _answer_phrase(text: str, words: list[int]) -> Extraction | None:
 
 
 def _clean_markdown(s: str) -> str:
-    s = s.strip().strip("*_").strip()
+    s = s.strip().strip("*_`").strip()
     s = s.removesuffix(".").strip()
     return strip_delimiters(s)
 
@@ -371,39 +357,3 @@ def strip_delimiters(s: str) -> str:
                 s = s[len(left) : len(s) - len(right)].strip()
                 changed = True
     return s
-
-
-def _unwrap(s: str) -> str:
-    """Strip \\boxed{...}, \\text{...}, \\mathbf{...} ... when one of them wraps the whole string."""
-    changed = True
-    while changed:
-        changed = False
-        s = strip_delimiters(s)
-        for w in _WRAPPERS:
-            if s.startswith(w + "{") and s.endswith("}") and _matching_braces(s, 0).get(len(w)) == len(s) - 1:
-                s = s[len(w) + 1 : -1].strip()
-                changed = True
-    return s
-
-
-def comparable(answer: str) -> str:
-    """An extracted answer as the verifiers read it: "40°" is "40^\\circ", "11^{\\text{th}}" is "11"."""
-    return _ORDINAL.sub("", answer.replace("°", "^\\circ"))
-
-
-def as_integer(answer: str) -> int | None:
-    """The integer an answer writes plainly ("025", "1,000", "\\text{25}", "25^\\circ", "n = 25"), else None.
-
-    Anything that needs arithmetic to become an integer ("\\frac{50}{2}", "5^2") is left to the verifier.
-    """
-    if len(answer) > _MAX_INTEGER_CHARS:
-        return None  # no plainly written integer is this long; also keeps the regexes below cheap
-    s = _SPACING.sub("", _unwrap(comparable(answer))).replace("{,}", ",").strip().removesuffix(".").strip()
-    s = _NAME_EQUALS.sub("", s)
-    s = _UNIT_SUFFIX.sub("", s).strip()
-    s = _unwrap(s)
-    if _THOUSANDS.fullmatch(s):
-        s = s.replace(",", "")
-    if _INTEGER.fullmatch(s):
-        return int(s.split(".")[0])
-    return None

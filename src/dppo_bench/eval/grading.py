@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Literal
 
 from dppo_bench.eval import verifier
-from dppo_bench.eval.extract import as_integer, comparable, extract_answer
+from dppo_bench.eval.extract import extract_answer
 from dppo_bench.eval.pool import RETRY_FACTOR, Pair, Result, VerifierPool
+from dppo_bench.eval.values import as_integer, comparable
 
 AnswerType = Literal["auto", "integer", "math"]
 ANSWER_TYPES: tuple[str, ...] = ("auto", "integer", "math")
