@@ -3,9 +3,10 @@
 (A) A MATH-500-style set made here (500 problems x 8 samples, seeded): non-integer answers (fractions, surds,
 tuples, intervals, multiples of pi, expressions, degrees, letter choices, and integers as often as in MATH-500) in
 the formats real models write them (Answer lines with prose, display math, headings, boxes), right or wrong.
-Every sample is graded twice per round, interleaved: in one process (``grade_many(workers=1)``) and as
-``dppo-bench score`` does by default (``grade_many()``: the number of worker processes chosen from the work and
-the free cores, pool start-up included). First on the cores as they are, then with a busy loop on every core.
+Every sample is graded twice per round, interleaved, each time in a fresh interpreter (cold, as a `score` command
+is): in one process (``grade_many(workers=1)``) and as ``dppo-bench score`` does by default (the number of worker
+processes planned from the work and the free cores, pool start-up included). First on the cores as they are, then
+with a busy loop on every core.
 (B) The full AIME-style scoring as configured (Avg@32 over 60 problems, integers compare as integers).
 
     python benchmarks/scoring.py [--rounds 2] [--problems 500]
@@ -14,8 +15,10 @@ the free cores, pool start-up included). First on the cores as they are, then wi
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
+import resource
 import subprocess
 import sys
 import tempfile
@@ -24,10 +27,11 @@ from pathlib import Path
 
 from dppo_bench.eval import verifier
 from dppo_bench.eval.data import Problem, ProblemSet, problems_sha256
-from dppo_bench.eval.grading import available_cpus, free_cores, grade_many, plan_workers
+from dppo_bench.eval.grading import available_cpus, decide, free_cores, grade_many, plan_workers
 from dppo_bench.eval.samples import read_samples, write_samples
 from dppo_bench.eval.score import score_samples
 from dppo_bench.eval.spec import load_benchmark
+from dppo_bench.eval.values import comparable
 
 SAMPLES_PER_PROBLEM = 8
 FILLER = (
@@ -105,22 +109,59 @@ def items_of(problems: ProblemSet, completions: dict[str, list[str]]) -> list[tu
     return [(c, answers[pid].answer, "auto") for pid, cs in completions.items() for c in cs]
 
 
-def one_against_pool(rounds: int, n_problems: int, seed0: int) -> tuple[float, float, int, int]:
-    """Best wall-clock seconds of one process and of the planned pool over ``rounds`` fresh sets, interleaved;
-    the pairs math-verify sees per round, and the workers the plan chose."""
-    best = {"single": float("inf"), "pool": float("inf")}
+def cpu_seconds() -> float:
+    """CPU time of this process and of its finished children (the pool's workers, once it is closed)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def distinct_pairs(items: list[tuple[str, str, str]]) -> int:
+    """How many (prediction, answer) pairs math-verify gets (what `score` plans its processes from)."""
+    return len({(comparable(p), a) for c, a, t in items for v, p in [decide(c, a, t)] if v is None})
+
+
+def grade_in_a_fresh_process(items_path: Path, side: str) -> dict:
+    """One side of the comparison in a new interpreter, cold as a `score` command is (math-verify imported, no
+    expression or parser cache warm): {"wall", "cpu" (its own and its workers'), "planned", "verdicts"}."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--grade", str(items_path), side], check=True, capture_output=True, text=True
+    )
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def grade_side(items_path: Path, side: str) -> None:
+    """The child of grade_in_a_fresh_process: grade as one process ("single") or as `score` plans it ("pool")."""
+    items = [tuple(item) for item in json.loads(items_path.read_text())]
+    verifier.check("1", "1", 5.0)  # import math-verify, as a pool worker does before its first task
+    c0, t0 = cpu_seconds(), time.perf_counter()
+    workers = 1 if side == "single" else plan_workers(distinct_pairs(items))
+    verdicts = grade_many(items, workers=workers)
+    wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+    print(
+        json.dumps(
+            {"wall": wall, "cpu": cpu, "planned": workers, "verdicts": [list(vars(v).values()) for v in verdicts]}
+        )
+    )
+
+
+def one_against_pool(rounds: int, n_problems: int, seed0: int, tmp: Path) -> tuple[dict, dict, int, int, list[int]]:
+    """Best wall-clock and CPU seconds of one process and of the planned pool over ``rounds`` fresh sets,
+    interleaved; the samples and distinct pairs per round, and the processes each pool run was planned with."""
+    wall = {"single": float("inf"), "pool": float("inf")}
+    cpu, planned = dict(wall), []
     for r in range(rounds):
         items = items_of(*math_style_set(seed0 + r, n_problems))
+        path = tmp / f"items-{seed0 + r}.json"
+        path.write_text(json.dumps(items))
         verdicts = {}
-        for name in ("single", "pool") if r % 2 == 0 else ("pool", "single"):  # neither always goes first
-            verifier._parsed_gold.cache_clear()  # both start cold: the golds of a fresh set are parsed anew
-            t0 = time.perf_counter()
-            verdicts[name] = grade_many(items, workers=1) if name == "single" else grade_many(items)
-            best[name] = min(best[name], time.perf_counter() - t0)
+        for side in ("single", "pool") if r % 2 == 0 else ("pool", "single"):  # neither always goes first
+            result = grade_in_a_fresh_process(path, side)
+            wall[side], cpu[side] = min(wall[side], result["wall"]), min(cpu[side], result["cpu"])
+            verdicts[side] = result["verdicts"]
+            if side == "pool":
+                planned.append(result["planned"])
         assert verdicts["pool"] == verdicts["single"], "the pool and the single process disagree"
-    single, single_s, pool_s = verdicts["single"], best["single"], best["pool"]
-    pairs = len({(v.extracted, a) for v, (_, a, _) in zip(single, items, strict=True) if v.extracted})
-    return single_s, pool_s, len(items), pairs
+    return wall, cpu, len(items), distinct_pairs(items), planned
 
 
 def busy_loops() -> list[subprocess.Popen]:
@@ -158,34 +199,39 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds on fresh sets; best reported")
     parser.add_argument("--problems", type=int, default=500)
+    parser.add_argument("--grade", nargs=2, metavar=("ITEMS", "SIDE"), help=argparse.SUPPRESS)  # a child's job
     args = parser.parse_args()
-    grade_many(items_of(*math_style_set(99, 5)), workers=1)  # import math-verify before any clock starts
+    if args.grade:
+        return grade_side(Path(args.grade[0]), args.grade[1])
 
     free_before, load_before = free_cores(), os.getloadavg()[0]
-    idle = one_against_pool(args.rounds, args.problems, seed0=0)
-    workers_idle = plan_workers(idle[3])
-    loops = busy_loops()
-    try:
-        time.sleep(1.0)
-        workers_busy = plan_workers(idle[3])
-        busy = one_against_pool(args.rounds, args.problems, seed0=100)
-    finally:
-        for p in loops:
-            p.kill()
-            p.wait()
+    with tempfile.TemporaryDirectory() as tmp:
+        idle = one_against_pool(args.rounds, args.problems, 0, Path(tmp))
+        loops = busy_loops()
+        try:
+            time.sleep(1.0)
+            busy = one_against_pool(args.rounds, args.problems, 100, Path(tmp))
+        finally:
+            for p in loops:
+                p.kill()
+                p.wait()
     full_s, full_n, avg = full_aime_scoring()
 
     cpus = available_cpus()
     print(f"(A) MATH-500-style set: {idle[2]} samples ({args.problems} problems x {SAMPLES_PER_PROBLEM}), about")
     print(f"    {idle[3]} distinct (prediction, answer) pairs for math-verify; best of {args.rounds} rounds")
-    for name, (single_s, pool_s, total, _), workers in (
-        (f"cores as they are ({free_before} of {cpus} free)", idle, workers_idle),
-        (f"a busy loop on each of the {os.cpu_count()} cores", busy, workers_busy),
+    for name, (wall, cpu, total, _, planned) in (
+        (f"cores as they are ({free_before} of {cpus} free at the start)", idle),
+        (f"a busy loop on each of the {os.cpu_count()} cores", busy),
     ):
+        single_s, pool_s = wall["single"], wall["pool"]
         print(f"    {name}:")
-        print(f"      one process         {total / single_s:6.0f} samples/s  ({single_s:.2f} s)")
-        print(f"      as `score` does     {total / pool_s:6.0f} samples/s  ({pool_s:.2f} s; {workers} process(es))")
-        print(f"      ratio               {single_s / pool_s:6.2f}x")
+        print(f"      one process     {total / single_s:6.0f} samples/s  ({single_s:.2f} s, {cpu['single']:.2f} CPU s)")
+        print(
+            f"      as `score` does {total / pool_s:6.0f} samples/s  ({pool_s:.2f} s, {cpu['pool']:.2f} CPU s; "
+            f"planned {', '.join(map(str, planned))} process(es))"
+        )
+        print(f"      ratio           {single_s / pool_s:6.2f}x")
     print("(B) full AIME-style scoring as configured (answer_type integer): read + grade + metrics")
     print(f"    {full_s:.2f} s for {full_n} samples ({full_n / full_s:.0f}/s); avg@32 = {avg:.4f}")
     print(f"    1-minute load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after ({cpus} CPUs)")
