@@ -134,9 +134,9 @@ def grade_side(items_path: Path, side: str) -> None:
     items = [tuple(item) for item in json.loads(items_path.read_text())]
     verifier.check("1", "1", 5.0)  # import math-verify, as a pool worker does before its first task
     c0, t0 = cpu_seconds(), time.perf_counter()
-    workers = 1 if side == "single" else plan_workers(distinct_pairs(items))
-    verdicts = grade_many(items, workers=workers)
+    verdicts = grade_many(items, workers=1) if side == "single" else grade_many(items)
     wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+    workers = 1 if side == "single" else plan_workers(distinct_pairs(items))  # the plan again, for the report
     print(
         json.dumps(
             {"wall": wall, "cpu": cpu, "planned": workers, "verdicts": [list(vars(v).values()) for v in verdicts]}
@@ -229,7 +229,7 @@ def main() -> None:
         print(f"      one process     {total / single_s:6.0f} samples/s  ({single_s:.2f} s, {cpu['single']:.2f} CPU s)")
         print(
             f"      as `score` does {total / pool_s:6.0f} samples/s  ({pool_s:.2f} s, {cpu['pool']:.2f} CPU s; "
-            f"planned {', '.join(map(str, planned))} process(es))"
+            f"a plan just after: {', '.join(map(str, planned))} process(es))"
         )
         print(f"      ratio           {single_s / pool_s:6.2f}x")
     print("(B) full AIME-style scoring as configured (answer_type integer): read + grade + metrics")
