@@ -1,17 +1,17 @@
 """Verdicts: data-driven cases, the pool against in-process grading, pathological inputs, threads, hard limits."""
 
 import json
+import multiprocessing
 import os
 import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from dppo_bench.eval.grading import GradingPool, Verdict, answer_kind, grade
+from dppo_bench.eval.grading import GradingPool, Verdict, answer_kind, grade, grade_many, plan_workers
 
 CASES = json.loads((Path(__file__).parents[1] / "cases" / "grading.json").read_text())["cases"]
 TOWER = "The answer is \\boxed{9^{9^{9^9}}}."
@@ -21,33 +21,29 @@ LONG_TEXT = "We reason at length. " * 10_000 + "\\boxed{7}"  # 210 kB of text, t
 PATHOLOGICAL = [(TOWER, "7"), (PARENS, "7"), (HUGE_BOX, "7")]
 
 
-@contextmanager
-def stopped_workers(pool, hard_timeout_s: float):
-    """SIGSTOP makes every worker unresponsive (as inside one endless C call) under a short hard limit."""
-    pool.hard_timeout_s = hard_timeout_s
-    try:
-        for w in pool._pool:
-            os.kill(w.proc.pid, signal.SIGSTOP)
-        yield
-    finally:
-        pool.hard_timeout_s = None
+def worker_pids(besides: frozenset = frozenset()) -> set[int]:
+    """This process's children (pool workers), less ``besides`` (the workers of other pools)."""
+    return {p.pid for p in multiprocessing.active_children()} - besides
 
 
 @pytest.fixture(scope="module")
 def pool():
-    with GradingPool(2, timeout_s=1) as p:
+    with GradingPool(2, timeout_s=0.5) as p:
         yield p
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 def test_case_in_process(case):
-    verdict = grade(case["completion"], case["answer"], case["answer_type"])
+    verdict = grade(case["completion"], case["answer"], case["answer_type"], opens_reasoning=case["opens_reasoning"])
     assert verdict == Verdict(case["correct"], False, case["extracted"])
 
 
 def test_cases_in_the_pool_match(pool):
-    items = [(c["completion"], c["answer"], c["answer_type"]) for c in CASES]
-    assert pool.grade_many(items) == [Verdict(c["correct"], False, c["extracted"]) for c in CASES]
+    for reasoning in (False, True):
+        cases = [c for c in CASES if c["opens_reasoning"] == reasoning]
+        items = [(c["completion"], c["answer"], c["answer_type"]) for c in cases]
+        expected = [Verdict(c["correct"], False, c["extracted"]) for c in cases]
+        assert pool.grade_many(items, opens_reasoning=reasoning) == expected
 
 
 def test_answer_kind():
@@ -61,10 +57,10 @@ def test_answer_kind():
 
 
 def test_pathological_in_process_main_thread():
-    t0 = time.perf_counter()
-    assert grade(TOWER, "7", timeout_s=1) == Verdict(False, True, "9^{9^{9^9}}")
-    assert grade(PARENS, "7", timeout_s=1).timeout
-    assert time.perf_counter() - t0 < 8
+    t0 = time.process_time()
+    assert grade(TOWER, "7", timeout_s=0.5) == Verdict(False, True, "9^{9^{9^9}}")
+    assert grade(PARENS, "7", timeout_s=0.5).timeout
+    assert time.process_time() - t0 < 10  # CPU seconds: 0.5, then the retry's 2, per parse or comparison
 
 
 def test_pathological_in_the_pool(pool):
@@ -72,20 +68,20 @@ def test_pathological_in_the_pool(pool):
     verdicts = pool.grade_many([(c, a, "auto") for c, a in PATHOLOGICAL] + [(LONG_TEXT, "7", "auto")])
     assert [(v.correct, v.timeout) for v in verdicts] == [(False, True)] * 3 + [(True, False)]
     assert verdicts[0].extracted == "9^{9^{9^9}}"
-    assert time.perf_counter() - t0 < 15  # three 1 s limits (parse, compare) on two workers, never a hang
+    assert time.perf_counter() - t0 < 90  # first pass in parallel, retries one at a time: never a hang
 
 
 def test_pathological_from_threads(pool):
-    """Threads cannot use SIGALRM: grade() routes them through the shared pool; the pool itself is thread-safe."""
+    """Threads cannot take the CPU-time signal: grade() routes them through the shared pool; the pool itself is
+    thread-safe."""
     items = [
         (TOWER, "7", "auto"),
-        (PARENS, "7", "auto"),
         (LONG_TEXT, "7", "auto"),
         ("\\boxed{\\frac{14}{2}}", "7", "auto"),
     ]
-    with ThreadPoolExecutor(4) as ex:
+    with ThreadPoolExecutor(3) as ex:
         from_pool = list(ex.map(lambda item: pool.grade(*item), items))
-    assert [(v.correct, v.timeout) for v in from_pool] == [(False, True), (False, True), (True, False), (True, False)]
+    assert [(v.correct, v.timeout) for v in from_pool] == [(False, True), (True, False), (True, False)]
     result = {}
     worker = threading.Thread(target=lambda: result.update(v=grade("\\boxed{\\frac{14}{2}}", "7")))
     worker.start()
@@ -93,60 +89,79 @@ def test_pathological_from_threads(pool):
     assert result["v"] == Verdict(True, False, "\\frac{14}{2}")
 
 
-def test_a_stuck_worker_is_killed_at_the_hard_limit(pool):
-    """The items of unresponsive workers time out; the workers are replaced."""
-    restarts = pool.restarts
-    t0 = time.perf_counter()
-    with stopped_workers(pool, 1.0):
-        verdicts = pool.grade_many([("\\boxed{\\frac{14}{2}}", "7", "auto"), ("\\boxed{\\frac{21}{3}}", "7", "auto")])
-    assert verdicts == [Verdict(False, True, "\\frac{14}{2}"), Verdict(False, True, "\\frac{21}{3}")]
-    assert time.perf_counter() - t0 < 5
-    assert pool.restarts == restarts + 2
-    assert pool.grade("\\boxed{\\frac{14}{2}}", "7") == Verdict(True, False, "\\frac{14}{2}")
+def test_a_stuck_worker_is_killed_at_the_wall_clock_limit_and_replaced():
+    """A worker that stops responding in the middle of a pair (as inside one endless C call, where no signal gets
+    through) is killed at the wall-clock limit, in the first pass and in the retry; the pair is a timeout."""
+    others = frozenset(worker_pids())
+    with GradingPool(1, timeout_s=30, hard_timeout_s=1.0) as one:
+        result = {}
+        thread = threading.Thread(target=lambda: result.update(v=one.grade(TOWER, "7")))
+        thread.start()
+        time.sleep(0.5)  # the worker is inside the pair
+        (stuck,) = worker_pids(others)
+        os.kill(stuck, signal.SIGSTOP)
+        thread.join(timeout=60)
+        assert result["v"] == Verdict(False, True, "9^{9^{9^9}}")
+        assert stuck not in worker_pids()
+        assert one.grade("\\boxed{\\frac{14}{2}}", "7") == Verdict(True, False, "\\frac{14}{2}")
 
 
-def test_a_crashed_worker_is_a_timeout_and_is_replaced(pool):
-    future = pool.check("9^{9^{9^9}}", "7", 5)
-    deadline = time.monotonic() + 10
-    while not any(w.inflight for w in pool._pool) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    busy = next(w for w in pool._pool if w.inflight)
-    os.kill(busy.proc.pid, signal.SIGKILL)
-    assert future.result(timeout=10) == (False, True)
-    assert pool.grade("\\boxed{7}", "7") == Verdict(True, False, "7")
+def test_a_crashed_worker_is_retried_on_a_fresh_one():
+    """A worker that dies in the first pass costs its chunk a retry, not its verdicts."""
+    others = frozenset(worker_pids())
+    with GradingPool(1, timeout_s=0.5) as one:
+        result = {}
+        items = [(TOWER, "7", "auto"), ("\\boxed{\\frac{14}{2}}", "7", "auto")]
+        thread = threading.Thread(target=lambda: result.update(v=one.grade_many(items)))
+        thread.start()
+        time.sleep(0.2)  # the worker is inside the first pair (0.5 s of CPU before it times out)
+        (worker,) = worker_pids(others)
+        os.kill(worker, signal.SIGKILL)
+        thread.join(timeout=60)
+    assert result["v"] == [Verdict(False, True, "9^{9^{9^9}}"), Verdict(True, False, "\\frac{14}{2}")]
 
 
-def test_items_queued_behind_a_killed_worker_are_not_lost():
-    with GradingPool(1, timeout_s=1, hard_timeout_s=1.5) as one:
-        os.kill(one._pool[0].proc.pid, signal.SIGSTOP)
-        futures = one.check_many([("\\frac{14}{2}", "7"), ("\\frac{21}{3}", "7"), ("\\frac{1}{3}", "7")])
-        results = [f.result(timeout=20) for f in futures]
-    assert results == [(False, True), (True, False), (False, False)]
+def test_identical_pairs_are_verified_once():
+    t0 = time.process_time()
+    verdicts = grade_many([(TOWER, "7", "auto")] * 5, workers=1, timeout_s=0.3)
+    assert verdicts == [Verdict(False, True, "9^{9^{9^9}}")] * 5
+    assert time.process_time() - t0 < 4  # once: 0.3 s, then the retry's 1.2 s (five times would be 7.5 s)
 
 
-def test_identical_pairs_are_verified_once(pool):
-    restarts = pool.restarts
-    with stopped_workers(pool, 1.0):
-        verdicts = pool.grade_many([("\\boxed{\\frac{14}{2}}", "7", "auto")] * 5)
-    assert verdicts == [Verdict(False, True, "\\frac{14}{2}")] * 5 and pool.restarts == restarts + 1
-
-
-def test_the_cpu_time_backstop_stops_what_swallows_math_verify_timeouts():
-    """A computation that survives SIGALRM (here: it catches math-verify's TimeoutException) is still stopped."""
-    from math_verify.errors import TimeoutException
-
-    from dppo_bench.eval.verifier import guarded
+def test_the_cpu_time_limit_refires_when_a_raise_is_swallowed():
+    """A raise that lands where it is swallowed (as in a ``__del__``) does not let the computation run on."""
+    from dppo_bench.eval.verifier import CpuLimit, guarded
 
     def stubborn():
+        swallowed = False
         while True:
             try:
                 sum(range(10_000))
-            except TimeoutException:
-                pass
+            except CpuLimit:
+                if swallowed:
+                    raise
+                swallowed = True
 
     t0 = time.process_time()
-    assert guarded(stubborn, 1) == (None, True)
-    assert 1.9 < time.process_time() - t0 < 4
+    assert guarded(stubborn, 0.3) == (None, True)
+    assert 0.3 < time.process_time() - t0 < 1.5
+
+
+def test_limits_are_cpu_time_not_wall_time():
+    """Sleeping uses no CPU: a call that sleeps past its limit is not stopped by it."""
+    from dppo_bench.eval.verifier import guarded
+
+    assert guarded(lambda: time.sleep(0.4) or "done", 0.2) == ("done", False)
+
+
+def test_the_work_decides_the_number_of_processes():
+    assert plan_workers(10) == 1  # a few pairs never pay for a worker's start-up
+    assert 1 <= plan_workers(100_000) <= len(os.sched_getaffinity(0))
+
+
+def test_one_process_and_the_pool_agree_on_mixed_pairs(pool):
+    items = [(f"\\boxed{{\\frac{{{k}}}{{4}}}}", "\\frac{3}{4}", "auto") for k in range(12)]
+    assert grade_many(items, workers=1) == pool.grade_many(items)
 
 
 def test_pool_must_be_started():
@@ -157,5 +172,5 @@ def test_pool_must_be_started():
 def test_workers_and_timeout_are_validated():
     with pytest.raises(ValueError, match="workers must be >= 1"):
         GradingPool(0)
-    with pytest.raises(ValueError, match="whole number of seconds"):
-        GradingPool(1, timeout_s=0.5)
+    with pytest.raises(ValueError, match="positive number of CPU seconds"):
+        GradingPool(1, timeout_s=0)

@@ -41,6 +41,19 @@ def test_plain_jsonl_is_read_but_not_written(tmp_path):
         SamplesWriter(tmp_path / "new.jsonl", HEADER)
 
 
+@pytest.mark.parametrize("name", ["other.jsonl", "other.jsonl.gz"])
+def test_files_of_other_tools_are_read_without_a_header(tmp_path, name):
+    rows = [{"problem_id": "p1", "sample": s, "completion": f"Answer: {s}"} for s in range(2)]
+    data = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    s = read_samples(path)
+    assert (s.header, s.has_header, s.rows, s.truncated_bytes) == ({}, False, rows, 0)
+    if name.endswith(".gz"):
+        with pytest.raises(SamplesError, match="header field 'benchmark' is None in the file"):
+            SamplesWriter(path, HEADER)  # never extended with samples of a known generation
+
+
 def test_write_samples_never_overwrites(path):
     write_samples(path, HEADER, {"p1": ["a"]})
     with pytest.raises(SamplesError, match="already exists"):
@@ -113,8 +126,14 @@ def test_bad_rows_name_the_line_and_field(tmp_path, line, message):
 
 def test_not_a_samples_file(tmp_path):
     path = tmp_path / "s.jsonl"
-    path.write_text('{"problem_id": "p1"}\n')
-    with pytest.raises(SamplesError, match="line 1: field 'format'"):
+    path.write_text('{"problem_id": "p1"}\n')  # no header, so a row: one without its fields
+    with pytest.raises(SamplesError, match="line 1: field 'sample': expected int, got None"):
+        read_samples(path)
+    path.write_text('{"format": "other-tool/2"}\n')
+    with pytest.raises(SamplesError, match="line 1: field 'format': expected 'dppo-bench-samples/1', got 'other"):
+        read_samples(path)
+    path.write_text("\n")
+    with pytest.raises(SamplesError, match="no samples"):
         read_samples(path)
     garbage = tmp_path / "g.jsonl.gz"
     garbage.write_bytes(b"this is not gzip at all")

@@ -3,6 +3,9 @@
 import gzip
 import hashlib
 import json
+import os
+import subprocess
+import sys
 from math import comb
 from pathlib import Path
 
@@ -11,7 +14,7 @@ import pytest
 from dppo_bench.cli import main
 from dppo_bench.eval.data import Problem, ProblemSet, load_problem_set, problems_sha256
 from dppo_bench.eval.samples import SamplesError, read_samples, write_samples
-from dppo_bench.eval.score import check_samples, score_samples, write_scores
+from dppo_bench.eval.score import UNKNOWN, check_samples, score_samples, write_scores
 from dppo_bench.eval.spec import load_benchmark
 
 FORMATS = json.loads((Path(__file__).parents[1] / "cases" / "scoring_formats.json").read_text())
@@ -154,7 +157,7 @@ def test_pathological_answers_time_out_and_corrupt_completions_are_graded_wrong(
     with open(path, "ab") as f:
         f.write(gzip.compress(raw))
     samples = read_samples(path)
-    scores = score_samples(bench, problems, samples, workers=2, timeout_s=1)
+    scores = score_samples(bench, problems, samples, workers=2, timeout_s=0.5)
     assert [(p["c"], p["timeouts"], p["invalid_utf8"]) for p in scores["problems"]] == [(0, 2, 0), (2, 0, 0), (1, 0, 1)]
     assert scores["timeouts"] == 2 and scores["invalid_utf8"] == 1 and scores["samples"]["invalid_utf8_lines"] == 1
     q2 = scores["problems"][2]["verdicts"]
@@ -181,3 +184,109 @@ def test_scores_json_holds_counts_and_names_the_per_sample_verdicts(tmp_path):
     for p in scores["problems"]:
         assert p["c"] == sum(r["correct"] for r in rows if r["problem_id"] == p["problem_id"])
     assert rows[4]["answer"] == "25" and rows[0]["timeout"] is False
+
+
+def headerless(path: Path, rows: list[tuple[str, int, str]]) -> Path:
+    data = "".join(json.dumps({"problem_id": p, "sample": s, "completion": c}) + "\n" for p, s, c in rows).encode()
+    path.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
+    return path
+
+
+@pytest.mark.parametrize("name", ["other.jsonl", "other.jsonl.gz"])
+def test_completions_of_other_tools_score_with_their_provenance_unknown(tmp_path, name):
+    bench, problems = tiny_benchmark(2)
+    rows = [
+        (p.id, s, f"Answer: ${p.answer}$ (without quotes)" if s else "no idea")
+        for p in problems.problems
+        for s in range(2)
+    ]
+    scores = score_samples(bench, problems, read_samples(headerless(tmp_path / name, rows)), workers=1)
+    assert scores["avg@2"] == 0.5 and scores["no_answer"] == 3
+    assert scores["model"] == scores["sampling"] == scores["prompt"] == UNKNOWN
+
+
+@pytest.mark.shared_data
+def test_dppo_bench_score_takes_a_headerless_file(shared_data, tmp_path, capsys):
+    """The command of the README, with the benchmark's own data source (as from a fresh clone beside ../shared)."""
+    bench = load_benchmark("aime24")
+    if not bench.sources.local.resolve().is_file():
+        pytest.skip(f"{bench.sources.local.resolve()} is not beside this checkout")
+    problems = load_problem_set(bench)
+    rows = [(p.id, s, f"Answer: {p.answer}" if s < 8 else "\\boxed{-1}") for p in problems.problems for s in range(32)]
+    samples = headerless(tmp_path / "completions.jsonl", rows)
+    out = tmp_path / "scores.json"
+    assert main(["score", "--benchmark", "aime24", "--samples", str(samples), "--out", str(out)]) == 0
+    scores = json.loads(out.read_text())
+    assert scores["avg@32"] == 0.25 and scores["model"] == UNKNOWN and scores["data_pinned"]
+    assert "has no header" in capsys.readouterr().out
+
+
+def test_a_header_naming_an_unknown_prompt_template_is_an_error(tmp_path):
+    bench, problems = tiny_benchmark(2)
+    samples = rows_file(tmp_path, bench, problems, ALL, prompt={"template": "nope"})
+    with pytest.raises(SamplesError, match=r"prompt template: .*unknown prompt template 'nope'"):
+        score_samples(bench, problems, samples, workers=1)
+
+
+def test_the_prompt_template_of_the_header_says_whether_reasoning_was_opened(tmp_path):
+    bench, problems = tiny_benchmark(1)
+    path = tmp_path / "s.jsonl.gz"
+    rows = {p.id: [f"so the answer is \\boxed{{{p.answer}}}"] for p in problems.problems}
+    write_samples(path, {**header(bench, problems), "prompt": {"template": "r1_boxed"}}, rows)
+    assert score_samples(bench, problems, read_samples(path), workers=1)["avg@1"] == 0.0  # no </think>: unfinished
+    other = tmp_path / "t.jsonl.gz"
+    write_samples(other, {**header(bench, problems), "prompt": {"template": "dapo_answer"}}, rows)
+    assert score_samples(bench, problems, read_samples(other), workers=1)["avg@1"] == 1.0
+    with pytest.raises(SamplesError, match="header field 'prompt.template' is 'dapo_answer', not 'r1_boxed'"):
+        score_samples(bench, problems, read_samples(other), workers=1, prompt="r1_boxed")
+
+
+def test_a_headerless_file_may_name_its_prompt_template(tmp_path):
+    """Completions of an R1-style model made elsewhere: cut off inside the reasoning, they did not answer."""
+    bench, problems = tiny_benchmark(1)
+    rows = [(p.id, 0, f"so the answer is {p.answer}, let me verify") for p in problems.problems]
+    samples = read_samples(headerless(tmp_path / "r1.jsonl", rows))
+    assert score_samples(bench, problems, samples, workers=1)["avg@1"] == 1.0
+    declared = score_samples(bench, problems, samples, workers=1, prompt="r1_boxed")
+    assert declared["avg@1"] == 0.0 and declared["no_answer"] == 3
+    assert declared["prompt"] == {"template": "r1_boxed", "declared": True} and declared["model"] == UNKNOWN
+
+
+EXPENSIVE = [  # about 0.2 s of CPU each: a wall-clock limit of 0.5 s would flip them on a loaded machine
+    (f"\\boxed{{(x+{k})^{{8}}}}", "+".join(f"{comb(8, j) * k ** (8 - j)}x^{{{j}}}" for j in range(9)))
+    for k in range(1, 4)
+]
+
+
+@pytest.mark.slow
+def test_the_same_samples_give_the_same_verdicts_on_a_busy_machine(tmp_path):
+    """Scored idle, then with a busy loop on every core, in worker processes and in this one: the verdict files
+    are byte for byte the same (CPU-time limits; a timed-out pair is retried alone with a larger budget)."""
+    problems = [Problem(f"e{k}", "expand", gold) for k, (_, gold) in enumerate(EXPENSIVE)]
+    problems.append(Problem("tower", "t", "7"))
+    problem_set = ProblemSet(problems, problems_sha256(problems), "test", "local", None)
+    bench = load_benchmark("math500").model_copy(update={"id": "load", "n": 2})
+    rows = {p.id: [c, "\\boxed{x^8}"] for p, (c, _) in zip(problems, EXPENSIVE, strict=False)}
+    rows["tower"] = ["\\boxed{9^{9^{9^9}}}", "\\boxed{7}"]
+    path = tmp_path / "s.jsonl.gz"
+    write_samples(path, {"benchmark": "load", "data_sha256": problem_set.sha256}, rows)
+
+    def verdicts(name: str, workers: int) -> bytes:
+        out = tmp_path / name / "scores.json"
+        write_scores(score_samples(bench, problem_set, read_samples(path), workers=workers, timeout_s=0.5), out)
+        return (out.parent / "scores.verdicts.jsonl.gz").read_bytes()
+
+    idle = verdicts("idle", 2)
+    busy_loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    try:
+        busy, busy_here = verdicts("busy", 2), verdicts("busy_here", 1)
+    finally:
+        for p in busy_loops:
+            p.kill()
+            p.wait()
+    assert busy == idle and busy_here == idle
+    rows_idle = [json.loads(line) for line in gzip.decompress(idle).decode().splitlines()]
+    assert [(r["correct"], r["timeout"]) for r in rows_idle] == [(True, False), (False, False)] * 3 + [
+        (False, True),
+        (True, False),
+    ]

@@ -40,6 +40,15 @@ def test_compute_score_from_threads_loaded_by_path_like_verl():
     assert [(r["score"], r["timeout"]) for r in results] == [(1.0, 0.0), (0.0, 1.0), (1.0, 0.0), (1.0, 0.0)] * 3
 
 
+def test_rows_of_a_template_that_opens_reasoning_need_a_closed_reasoning_block():
+    """Online as offline: rows prepared for aime24_sanity (r1_boxed) that never write </think> did not answer."""
+    sanity = {**INFO, "dataset": "aime24_sanity"}
+    unfinished = verl_reward.compute_score("aime24", "so the answer is \\boxed{204}", "204", sanity)
+    finished = verl_reward.compute_score("aime24", "ok</think>\\boxed{204}", "204", sanity)
+    assert (unfinished["acc"], unfinished["pred"], finished["acc"]) == (0.0, "", 1.0)
+    assert verl_reward.compute_score("aime24", "\\boxed{204}", "204", {**INFO, "dataset": "aime24"})["acc"] == 1.0
+
+
 PROBLEMS = [Problem("q0", "Compute $1+1$.", "2"), Problem("q1", "Compute $2+3$.", "5")]
 PSET = ProblemSet(PROBLEMS, problems_sha256(PROBLEMS), "test", "local", None)
 

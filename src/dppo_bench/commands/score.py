@@ -7,14 +7,23 @@ from pathlib import Path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("score", help="grade samples.jsonl[.gz] -> scores.json (avg@n, pass@k, CI)")
+    p = subparsers.add_parser(
+        "score", help="grade samples.jsonl[.gz] (ours, or headerless rows of any tool) -> scores.json (avg@n, pass@k)"
+    )
     p.add_argument("--benchmark", required=True)
     p.add_argument("--samples", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True, help="scores.json")
     p.add_argument("--data", type=Path, help="a normalized problems file (default: the benchmark's source)")
     p.add_argument("--n", type=int, help="samples per problem (default: the benchmark's n)")
-    p.add_argument("--workers", type=int, help="grading processes (default: the CPUs available)")
-    p.add_argument("--timeout", type=int, default=5, help="math-verify's limit per parse and comparison (s)")
+    p.add_argument(
+        "--workers", type=int, help="grading processes (default: chosen from the work and the free cores; 1 = this one)"
+    )
+    p.add_argument(
+        "--timeout", type=float, default=5.0, help="math-verify's CPU-time limit per parse and comparison (s)"
+    )
+    p.add_argument(
+        "--prompt", help="the prompt template (eval/prompts) a file without a header was made with (default: unknown)"
+    )
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     p.set_defaults(func=score)
 
@@ -29,7 +38,14 @@ def score(args: argparse.Namespace) -> int:
     problems = problems_for(spec, args.data)
     samples = read_samples(args.samples)
     scores = score_samples(
-        spec, problems, samples, n=args.n, workers=args.workers, timeout_s=args.timeout, seed=args.seed
+        spec,
+        problems,
+        samples,
+        n=args.n,
+        workers=args.workers,
+        timeout_s=args.timeout,
+        seed=args.seed,
+        prompt=args.prompt,
     )
     write_scores(scores, args.out)
     n, ci = scores["n"], scores["ci"]
@@ -38,6 +54,9 @@ def score(args: argparse.Namespace) -> int:
         f"pass@{n} = {scores['pass@k'][str(n)]:.4f}, {len(scores['problems'])} problems, "
         f"{scores['timeouts']} timeouts, {scores['no_answer']} without an answer -> {args.out}"
     )
+    if not samples.has_header:
+        unknown = "model and sampling" if args.prompt else "model, sampling and prompt"
+        print(f"  {args.samples} has no header: its {unknown} are recorded as unknown")
     if samples.invalid_utf8_lines:
         print(f"  {samples.invalid_utf8_lines} lines of {args.samples} had invalid UTF-8 (graded wrong)")
     return 0

@@ -1,12 +1,11 @@
-"""Per-sample verdicts: extraction, the integer rule, and math-verify in worker processes.
+"""Per-sample verdicts: extraction, the integer rule, and math-verify here or in worker processes.
 
-A verdict is decided in the caller when it can be (no answer extracted; an AIME-style integer written plainly,
-compared as an integer so that "025" = 25). Everything else goes to math-verify (``verifier``), whose timeouts
-use SIGALRM: on the main thread that runs in-process (``grade``); anywhere else, and for bulk scoring, it runs in
-a :class:`GradingPool` of worker processes, each of which grades on its own main thread. The pool also enforces a
-hard wall-clock limit per item (killing and replacing a worker that overruns it, e.g. stuck in one long C call)
-and survives worker crashes; both are recorded as timeouts, so a pathological completion is scored wrong with a
-timeout and never hangs or crashes the run.
+A verdict is decided without the verifier when it can be (no answer extracted; an AIME-style integer written
+plainly, compared as an integer so that "025" = 25). Everything else goes to math-verify (``verifier``) under
+CPU-time limits, each distinct (prediction, answer) pair once. Where it runs is chosen from the work and the free
+cores (:func:`plan_workers`): in this process when worker processes would not pay for their start-up, else in a
+``pool.VerifierPool``. Either way a pair that times out is retried once, alone, with a larger CPU-time budget
+before it is recorded as a timeout, so verdicts do not depend on the machine's load or on the path taken.
 """
 
 from __future__ import annotations
@@ -15,26 +14,28 @@ import atexit
 import os
 import re
 import threading
+import time
 from collections.abc import Iterable
-from concurrent.futures import Future
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from dppo_bench.eval import verifier
-from dppo_bench.eval.extract import as_integer, extract_answer
-from dppo_bench.eval.pool import VerifierPool
+from dppo_bench.eval.extract import extract_answer
+from dppo_bench.eval.pool import RETRY_FACTOR, Pair, Result, VerifierPool
+from dppo_bench.eval.values import as_integer, comparable
 
 AnswerType = Literal["auto", "integer", "math"]
 ANSWER_TYPES: tuple[str, ...] = ("auto", "integer", "math")
-DEFAULT_TIMEOUT_S = 5  # math-verify's own default per parse and per comparison (SIGALRM takes whole seconds)
+DEFAULT_TIMEOUT_S = 5.0  # CPU seconds per parse and per comparison (math-verify's own default, as CPU time)
+PAIRS_PER_WORKER = 400  # a worker process pays for its start-up (about 1 s) only with this many pairs to verify
 _GOLD_INTEGER = re.compile(r"[+-]?\d+")
-_SUBMIT_BATCH = 32  # items handed to the workers at a time by grade_many
 
 
 @dataclass(frozen=True)
 class Verdict:
     correct: bool
-    timeout: bool  # the verifier gave no verdict: its time limit, the pool's hard limit, or a crashed worker
+    timeout: bool  # the verifier gave no verdict within its CPU-time budget (after the retry)
     extracted: str | None  # the final answer read from the completion; None = it states none
 
 
@@ -53,9 +54,11 @@ def answer_kind(answer: str, answer_type: str) -> Literal["integer", "math"]:
     return "integer" if is_integer else "math"
 
 
-def decide(completion: str, answer: str, answer_type: str = "auto") -> tuple[Verdict | None, str | None]:
+def decide(
+    completion: str, answer: str, answer_type: str = "auto", opens_reasoning: bool = False
+) -> tuple[Verdict | None, str | None]:
     """The verdict when no verifier is needed, else (None, extracted answer for math-verify)."""
-    extraction = extract_answer(completion)
+    extraction = extract_answer(completion, opens_reasoning)
     if extraction is None:
         return Verdict(False, False, None), None
     if answer_kind(answer, answer_type) == "integer":
@@ -65,74 +68,117 @@ def decide(completion: str, answer: str, answer_type: str = "auto") -> tuple[Ver
     return None, extraction.text
 
 
-def grade(completion: str, answer: str, answer_type: str = "auto", *, timeout_s: int = DEFAULT_TIMEOUT_S) -> Verdict:
-    """One sample's verdict. In-process on the main thread; from any other thread via the shared pool."""
-    verdict, prediction = decide(completion, answer, answer_type)
-    if verdict is not None:
-        return verdict
-    if threading.current_thread() is threading.main_thread():
-        correct, timed_out = verifier.check(prediction, answer, timeout_s)
-    else:
-        correct, timed_out = shared_pool().check(prediction, answer, timeout_s).result()
-    return Verdict(correct, timed_out, prediction)
+def grade(
+    completion: str,
+    answer: str,
+    answer_type: str = "auto",
+    *,
+    opens_reasoning: bool = False,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> Verdict:
+    """One sample's verdict. In this process on the main thread; from any other thread via the shared pool."""
+    return grade_many([(completion, answer, answer_type)], opens_reasoning=opens_reasoning, timeout_s=timeout_s)[0]
 
 
 def grade_many(
-    items: Iterable[GradeItem], pool: VerifierPool | None = None, *, timeout_s: int = DEFAULT_TIMEOUT_S
+    items: Iterable[GradeItem],
+    pool: VerifierPool | None = None,
+    *,
+    workers: int | None = None,
+    opens_reasoning: bool = False,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> list[Verdict]:
-    """Verdicts in input order, math-verify in ``pool`` (or in this process, on the main thread, without one).
-
-    Identical (prediction, answer) pairs, common among the n samples of a problem, are verified once. With a
-    pool, pairs are handed to the workers in batches while the rest are still being extracted.
-    """
+    """Verdicts in input order. math-verify runs in ``pool`` if given, else in ``workers`` processes (default:
+    :func:`plan_workers`; 1 = this process, which off the main thread means the shared pool)."""
     verdicts: list[Verdict | None] = []
-    owners: dict[tuple[str, str], list[int]] = {}
-    results: dict[tuple[str, str], Future | tuple[bool, bool]] = {}
-    batch: list[tuple[str, str]] = []
+    owners: dict[Pair, list[tuple[int, str]]] = {}
     for i, (completion, answer, answer_type) in enumerate(items):
-        verdict, prediction = decide(completion, answer, answer_type)
+        verdict, prediction = decide(completion, answer, answer_type, opens_reasoning)
         verdicts.append(verdict)
         if verdict is None:
-            key = (prediction, answer)
-            if key not in owners:
-                owners[key] = []
-                batch.append(key)
-            owners[key].append(i)
-        if pool is not None and len(batch) == _SUBMIT_BATCH:
-            results.update(zip(batch, pool.check_many(batch), strict=True))
-            batch = []
-    if pool is not None:
-        results.update(zip(batch, pool.check_many(batch), strict=True))
-    else:
-        results.update((key, verifier.check(*key, timeout_s)) for key in batch)
-    for key, indices in owners.items():
-        result = results[key]
-        correct, timed_out = result.result() if isinstance(result, Future) else result
-        for i in indices:
-            verdicts[i] = Verdict(correct, timed_out, key[0])
+            owners.setdefault((comparable(prediction), answer), []).append((i, prediction))
+    pairs = list(owners)
+    for pair, result in zip(pairs, verify(pairs, pool, workers=workers, timeout_s=timeout_s), strict=True):
+        for i, prediction in owners[pair]:
+            verdicts[i] = Verdict(result[0], result[1], prediction)
     return verdicts  # type: ignore[return-value]
 
 
-def default_workers() -> int:
+def verify(
+    pairs: list[Pair], pool: VerifierPool | None = None, *, workers: int | None = None, timeout_s: float
+) -> list[Result]:
+    """(correct, timeout) of each (prediction, answer) pair, wherever it pays to run math-verify."""
+    if not pairs:
+        return []
+    if pool is not None:
+        return pool.check_many(pairs)
+    if threading.current_thread() is not threading.main_thread():
+        return shared_pool().check_many(pairs, timeout_s)
+    count = plan_workers(len(pairs)) if workers is None else workers
+    if count <= 1:
+        return check_here(pairs, timeout_s)
+    with VerifierPool(count, cpu_limit_s=timeout_s) as own:
+        return own.check_many(pairs)
+
+
+def check_here(pairs: list[Pair], cpu_limit_s: float) -> list[Result]:
+    """math-verify in this process (main thread), with the pool's rule: a timeout is retried once, alone."""
+    results = [verifier.check(prediction, answer, cpu_limit_s) for prediction, answer in pairs]
+    retried = RETRY_FACTOR * cpu_limit_s
+    return [verifier.check(*pair, retried) if r[1] else r for pair, r in zip(pairs, results, strict=True)]
+
+
+def plan_workers(pairs: int) -> int:
+    """How many processes verify ``pairs`` pairs: one per free core, as long as each gets enough work to pay for
+    its start-up; 1 (this process alone) when fewer than two would, so the parallel path is never the slower."""
+    if pairs < 2 * PAIRS_PER_WORKER:
+        return 1  # decided without measuring the cores (which takes a moment)
+    count = min(free_cores(), pairs // PAIRS_PER_WORKER)
+    return count if count >= 2 else 1
+
+
+def available_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def free_cores(interval_s: float = 0.2) -> int:
+    """Cores of this process's CPUs that other processes left idle over the last ``interval_s`` (Linux
+    /proc/stat; elsewhere the CPUs less the 1-minute load average)."""
+    stat = Path("/proc/stat")
+    if not stat.is_file():
+        return max(0, round(available_cpus() - os.getloadavg()[0]))
+
+    def ticks() -> tuple[int, int]:
+        values = [int(x) for x in stat.read_text().split("\n", 1)[0].split()[1:]]
+        return values[3] + values[4], sum(values)  # idle + iowait, all
+
+    idle0, total0 = ticks()
+    time.sleep(interval_s)
+    idle1, total1 = ticks()
+    machine_cpus = os.cpu_count() or 1
+    idle_cores = machine_cpus * (idle1 - idle0) / max(1, total1 - total0)
+    return max(0, min(available_cpus(), round(idle_cores)))
+
+
 class GradingPool(VerifierPool):
-    """Bulk and thread-safe grading: verdicts decided here when possible, math-verify in worker processes.
+    """Worker processes kept across several scorings (e.g. every step of a run), grading in bulk.
 
     ``with GradingPool(workers) as pool: verdicts = pool.grade_many([(completion, answer, answer_type), ...])``
     """
 
-    def __init__(self, workers: int | None = None, *, timeout_s: int = DEFAULT_TIMEOUT_S, hard_timeout_s=None):
-        workers = default_workers() if workers is None else workers
-        super().__init__(workers, timeout_s=timeout_s, hard_timeout_s=hard_timeout_s)
+    def __init__(
+        self, workers: int | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S, hard_timeout_s: float | None = None
+    ):
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be a positive number of CPU seconds, got {timeout_s}")
+        workers = max(1, free_cores()) if workers is None else workers
+        super().__init__(workers, cpu_limit_s=timeout_s, wall_limit_s=hard_timeout_s)
 
-    def grade(self, completion: str, answer: str, answer_type: str = "auto") -> Verdict:
-        return self.grade_many([(completion, answer, answer_type)])[0]
+    def grade(self, completion: str, answer: str, answer_type: str = "auto", opens_reasoning: bool = False):
+        return self.grade_many([(completion, answer, answer_type)], opens_reasoning)[0]
 
-    def grade_many(self, items: Iterable[GradeItem]) -> list[Verdict]:
-        """Verdicts in input order; the items that need math-verify run in parallel in the workers."""
-        return grade_many(items, self)
+    def grade_many(self, items: Iterable[GradeItem], opens_reasoning: bool = False) -> list[Verdict]:
+        return grade_many(items, self, opens_reasoning=opens_reasoning, timeout_s=self.cpu_limit_s)
 
 
 _shared: GradingPool | None = None
@@ -144,7 +190,7 @@ def shared_pool() -> GradingPool:
     global _shared
     with _shared_lock:
         if _shared is None:
-            workers = int(os.environ.get("DPPO_BENCH_GRADING_WORKERS", 0)) or min(4, default_workers())
+            workers = int(os.environ.get("DPPO_BENCH_GRADING_WORKERS", 0)) or min(4, available_cpus())
             _shared = GradingPool(workers).start()
             atexit.register(_shared.close)
         return _shared

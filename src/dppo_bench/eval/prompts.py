@@ -1,5 +1,9 @@
 """Prompt templates (``eval/prompts/<id>.yaml``): a user message around ``{problem}``, optionally a system one.
 
+``opens_reasoning`` says that the models this template is used with start their response inside a reasoning
+block (their chat template ends the prompt with ``<think>``): a completion without ``</think>`` then stopped
+inside its reasoning and states no answer, whatever the reasoning says.
+
 The problem is substituted with ``str.replace``, never ``str.format``: problems are LaTeX, full of braces.
 """
 
@@ -21,6 +25,7 @@ class PromptTemplate(Strict):
     source: str  # where the exact text comes from
     user: str  # contains {problem} exactly once
     system: str | None = None
+    opens_reasoning: bool = False
 
     @field_validator("user")
     @classmethod

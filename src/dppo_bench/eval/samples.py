@@ -1,5 +1,8 @@
 """``samples.jsonl.gz``: a header line, then one row ``{"problem_id", "sample", "completion"}`` per completion.
 
+Files made by other tools (their own vLLM script, another harness) are read without a header: plain rows, as
+``.jsonl`` or ``.jsonl.gz``. Their model, sampling and prompt are unknown, and the scorer says so.
+
 Append-only and resumable. Every append (one problem's samples) is written as its own gzip member and fsynced,
 so an interrupted write can only leave a truncated *last* member: the writer cuts it off when it reopens the file,
 keeps every complete problem and the generator continues with what is missing. (Plain ``.jsonl`` is read, e.g.
@@ -30,13 +33,17 @@ class SamplesError(ValueError):
 @dataclass
 class SamplesFile:
     path: Path
-    header: dict
+    header: dict  # empty for a file without a header (made by another tool)
     rows: list[dict]
     invalid_utf8_lines: int = 0  # lines with bytes that were not UTF-8 (replaced by U+FFFD)
     invalid_utf8: set[tuple[str, int]] = field(default_factory=set)  # (problem_id, sample) of those rows
     truncated_bytes: int = 0  # bytes of an interrupted last write (not read)
     valid_bytes: int = 0  # where the last complete write ends
     keys: set[tuple[str, int]] = field(default_factory=set)
+
+    @property
+    def has_header(self) -> bool:
+        return bool(self.header)
 
 
 def _is_gzip(path: Path) -> bool:
@@ -91,8 +98,8 @@ def read_samples(path: Path) -> SamplesFile:
         except zlib.error as e:
             raise SamplesError(f"{path}: corrupt gzip data after line {line_no}: {e}") from None
     out.truncated_bytes = size - out.valid_bytes
-    if not out.header:
-        raise SamplesError(f"{path}: no header line (is it a dppo-bench samples file?)")
+    if not out.rows and not out.truncated_bytes:
+        raise SamplesError(f"{path}: no samples (expected rows of {{problem_id, sample, completion}})")
     return out
 
 
@@ -108,9 +115,9 @@ def _add_line(out: SamplesFile, raw: bytes, line_no: int) -> None:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
         raise SamplesError(f"{out.path}: line {line_no}: not valid JSON: {e}") from None
-    if line_no == 1:
-        if not isinstance(obj, dict) or obj.get("format") != FORMAT:
-            raise SamplesError(f"{out.path}: line 1: field 'format': expected a header with format {FORMAT!r}")
+    if line_no == 1 and isinstance(obj, dict) and "format" in obj:
+        if obj["format"] != FORMAT:
+            raise SamplesError(f"{out.path}: line 1: field 'format': expected {FORMAT!r}, got {obj['format']!r}")
         out.header = obj
         return
     out.rows.append(_check_row(obj, out.path, line_no))

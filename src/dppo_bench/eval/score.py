@@ -5,6 +5,11 @@ duplicate, or a problem id the benchmark does not have is an error naming it (ne
 Each sample's verdict (the answer read, correct, timeout, corrupt text) is kept: :func:`write_scores` puts the
 counts in scores.json and the verdicts beside it in ``<name>.verdicts.jsonl.gz``, so every number can be audited
 down to the completion that produced it. A completion whose bytes were not UTF-8 is graded wrong, not guessed at.
+
+A samples file with a header must be of this benchmark and problem set, and its prompt template says whether
+completions start inside a reasoning block. A file without one (made by another tool) is scored as plain
+completions, and scores.json records its model, sampling and prompt as unknown; its user may name the prompt
+template (``prompt``), which then decides the reasoning rule and is recorded as declared.
 """
 
 from __future__ import annotations
@@ -17,16 +22,19 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
 
+from dppo_bench.config import ConfigError
 from dppo_bench.eval import verifier
 from dppo_bench.eval.data import ProblemSet, pinned_hashes
-from dppo_bench.eval.grading import DEFAULT_TIMEOUT_S, GradingPool, Verdict
+from dppo_bench.eval.grading import DEFAULT_TIMEOUT_S, GradingPool, Verdict, grade_many
 from dppo_bench.eval.metrics import avg_at_n, bootstrap_ci, ks_for, mean_pass_at_k
+from dppo_bench.eval.prompts import load_prompt
 from dppo_bench.eval.samples import SamplesError, SamplesFile
 from dppo_bench.eval.spec import BenchmarkSpec
 
 CI_LEVEL = 0.95
 CI_RESAMPLES = 10_000
 _MAX_LISTED = 5
+UNKNOWN = "unknown: the samples file has no header"
 
 
 def _listing(items: list[str]) -> str:
@@ -40,7 +48,7 @@ def check_samples(benchmark: BenchmarkSpec, problems: ProblemSet, samples: Sampl
     if samples.truncated_bytes:
         raise SamplesError(f"{path}: ends in {samples.truncated_bytes} bytes of an interrupted write; resume it")
     header_benchmark = samples.header.get("benchmark")
-    if header_benchmark != benchmark.id:
+    if samples.has_header and header_benchmark != benchmark.id:
         raise SamplesError(f"{path}: header field 'benchmark' is {header_benchmark!r}, not {benchmark.id!r}")
     header_sha = samples.header.get("data_sha256")
     if header_sha is not None and header_sha != problems.sha256:
@@ -73,10 +81,13 @@ def score_samples(
     n: int | None = None,
     pool: GradingPool | None = None,
     workers: int | None = None,
-    timeout_s: int = DEFAULT_TIMEOUT_S,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
     seed: int = 0,
+    prompt: str | None = None,
 ) -> dict:
-    """scores.json's content. Grades in ``pool`` if given, else in a pool of ``workers`` started here."""
+    """scores.json's content. Grades in ``pool`` if given, else in ``workers`` processes (default: as many as
+    pay for themselves, ``grading.plan_workers``; 1 = this process). ``prompt``: the template a file without a
+    header was made with (for a file with one, it must be the header's)."""
     n = n or benchmark.n
     rows = check_samples(benchmark, problems, samples, n)
     answers = problems.by_id()
@@ -86,12 +97,36 @@ def score_samples(
         for pid, group in rows.items()
         for row in group
     ]
+    template = prompt_template(samples, prompt)
+    reasoning = opens_reasoning(template, samples.path)
     if pool is None:
-        with GradingPool(workers, timeout_s=timeout_s) as own:
-            verdicts = own.grade_many(items)
+        verdicts = grade_many(items, workers=workers, opens_reasoning=reasoning, timeout_s=timeout_s)
     else:
-        verdicts = pool.grade_many(items)
-    return summarize(benchmark, problems, samples, rows, verdicts, n, seed)
+        verdicts = pool.grade_many(items, opens_reasoning=reasoning)
+    scores = summarize(benchmark, problems, samples, rows, verdicts, n, seed)
+    if not samples.has_header and template is not None:
+        scores["prompt"] = {"template": template, "declared": True}  # by the user, not recorded at generation
+    return scores
+
+
+def prompt_template(samples: SamplesFile, declared: str | None) -> str | None:
+    """The id of the template the completions were made with: the header's, else the one the user declares."""
+    if not samples.has_header:
+        return declared
+    recorded = (samples.header.get("prompt") or {}).get("template")
+    if declared is not None and declared != recorded:
+        raise SamplesError(f"{samples.path}: header field 'prompt.template' is {recorded!r}, not {declared!r}")
+    return recorded
+
+
+def opens_reasoning(template: str | None, path: Path) -> bool:
+    """Whether the template opened a reasoning block (False when no template is known)."""
+    if template is None:
+        return False
+    try:
+        return load_prompt(template).opens_reasoning
+    except ConfigError as e:
+        raise SamplesError(f"{path}: prompt template: {e}") from None
 
 
 def _sample_verdict(sample: int, verdict: Verdict, corrupt: bool) -> dict:
@@ -152,9 +187,9 @@ def summarize(
         "invalid_utf8": sum(p["invalid_utf8"] for p in per_problem),
         "verifier": verifier.verifier_info(),
         "answer_type": benchmark.answer_type,
-        "sampling": samples.header.get("sampling"),
-        "model": samples.header.get("model"),
-        "prompt": samples.header.get("prompt"),
+        "sampling": samples.header.get("sampling") if samples.has_header else UNKNOWN,
+        "model": samples.header.get("model") if samples.has_header else UNKNOWN,
+        "prompt": samples.header.get("prompt") if samples.has_header else UNKNOWN,
         "data_sha256": problems.sha256,
         "data_pinned": problems.sha256 in pinned_hashes(benchmark),  # equals a hash the benchmark spec pins
         "samples": {

@@ -1,19 +1,18 @@
-"""math-verify, called the way this suite grades, with its timeouts recorded instead of swallowed.
+"""math-verify, called the way this suite grades, under CPU-time limits, with its timeouts recorded.
 
 Gold and prediction are each wrapped in ``\\boxed{...}`` and parsed with LaTeX extraction first, then plain
 expressions (the configuration verl's own ``math_verify`` reward uses); ``verify`` is called gold first (it is not
-symmetric). math-verify's timeouts use SIGALRM, so this module only runs on a process's main thread:
-``grading`` routes every other caller through a process pool. Its ``TimeoutException`` subclasses BaseException,
-so ``except Exception`` would miss it; it is caught by name here.
-
-SIGALRM can fail to stop a computation: its handler raises wherever Python happens to be, and a raise inside a
-``__del__`` or weakref callback is swallowed (seen in this suite's tests), after which math-verify runs on with no
-limit. Every call therefore also runs under a CPU-time backstop (SIGPROF, a separate timer) that fires one second
-after math-verify's own limit and then every 50 ms until one of its raises lands.
+symmetric). Each parse and each comparison may use ``cpu_limit_s`` seconds of CPU time, not of wall-clock time:
+math-verify's own limits (SIGALRM, wall-clock) are switched off, because on a loaded machine a wall-clock limit
+times a pair out in one run and not in the next. The limit is a CPU-time timer (SIGPROF) whose handler raises;
+it refires every 50 ms, because a raise inside a ``__del__`` or weakref callback is swallowed (seen in this suite's
+tests) and the computation would otherwise run on unbounded. Signals are handled on a process's main thread only:
+``grading`` routes every other caller through worker processes.
 """
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 from collections.abc import Callable
@@ -21,33 +20,33 @@ from functools import lru_cache
 from importlib.metadata import version
 
 NAME = "math-verify"
-BACKSTOP_S = 1.0  # CPU seconds past math-verify's own limit
 REFIRE_S = 0.05
+# math-verify warns once that its own timeouts are off, and logs each failed parse: the limits are ours, and
+# every timeout is recorded in the verdicts.
+logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 
-class _Backstop(BaseException):
-    """Raised by the CPU-time backstop (a BaseException, like math-verify's own TimeoutException)."""
+class CpuLimit(BaseException):
+    """Raised by the CPU-time limit (a BaseException, so that ``except Exception`` in a library does not eat it)."""
 
 
 _armed = False
 
 
-def _on_backstop(signum, frame) -> None:
+def _on_limit(signum, frame) -> None:
     if _armed:  # a signal arriving after the call ended does nothing
-        raise _Backstop
+        raise CpuLimit
 
 
-def guarded(fn: Callable[[], object], timeout_s: int) -> tuple[object, bool]:
-    """(fn(), False), or (None, True) when math-verify's timeout or the backstop stops it. Main thread only."""
-    from math_verify.errors import TimeoutException
-
+def guarded(fn: Callable[[], object], cpu_limit_s: float) -> tuple[object, bool]:
+    """(fn(), False), or (None, True) when fn used up ``cpu_limit_s`` seconds of CPU time. Main thread only."""
     global _armed
-    old = signal.signal(signal.SIGPROF, _on_backstop)
+    old = signal.signal(signal.SIGPROF, _on_limit)
     try:
         _armed = True
-        signal.setitimer(signal.ITIMER_PROF, timeout_s + BACKSTOP_S, REFIRE_S)
+        signal.setitimer(signal.ITIMER_PROF, cpu_limit_s, REFIRE_S)
         return fn(), False
-    except (TimeoutException, _Backstop):
+    except CpuLimit:
         return None, True
     finally:
         _armed = False
@@ -72,58 +71,58 @@ def _configs():
     return [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
 
 
-def _parse(text: str, timeout_s: int) -> tuple[list, bool]:
+def _parse(text: str, cpu_limit_s: float) -> tuple[list, bool]:
     """(parsed targets, timed out). An ordinary parse failure is an empty list."""
     from math_verify import parse
 
     def run():
         try:
-            return parse("\\boxed{" + text + "}", _configs(), parsing_timeout=timeout_s, raise_on_error=True)
-        except Exception:  # noqa: BLE001  (math-verify's own non-timeout failures mean "could not parse")
+            return parse("\\boxed{" + text + "}", _configs(), parsing_timeout=None, raise_on_error=True)
+        except Exception:  # noqa: BLE001  (math-verify's own failures mean "could not parse")
             return []
 
-    parsed, timed_out = guarded(run, timeout_s)
+    parsed, timed_out = guarded(run, cpu_limit_s)
     return parsed or [], timed_out
 
 
 @lru_cache(maxsize=8192)
-def _parsed_gold(answer: str, timeout_s: int) -> tuple[tuple, bool]:
+def _parsed_gold(answer: str, cpu_limit_s: float) -> tuple[tuple, bool]:
     # Every sample of a problem shares its gold: parse it once per process.
-    parsed, timed_out = _parse(answer, timeout_s)
+    parsed, timed_out = _parse(answer, cpu_limit_s)
     return tuple(parsed), timed_out
 
 
-def check(prediction: str, answer: str, timeout_s: int) -> tuple[bool, bool]:
+def check(prediction: str, answer: str, cpu_limit_s: float) -> tuple[bool, bool]:
     """(correct, timeout) of an extracted prediction against the gold answer, by math-verify.
 
     Each (gold, prediction) pair is verified separately so that one pair's timeout is recorded while the other
     pairs still count, which is what ``verify`` on the lists does when it swallows errors.
     """
     if threading.current_thread() is not threading.main_thread():
-        raise RuntimeError("verifier.check uses SIGALRM timeouts and must run on the main thread")
+        raise RuntimeError("verifier.check uses a CPU-time signal and must run on the main thread")
     try:
-        return _check(prediction, answer, timeout_s)
-    except _Backstop:  # landed in the instant between a call's end and its disarming
+        return _check(prediction, answer, cpu_limit_s)
+    except CpuLimit:  # landed in the instant between a call's end and its disarming
         return False, True
 
 
-def _check(prediction: str, answer: str, timeout_s: int) -> tuple[bool, bool]:
+def _check(prediction: str, answer: str, cpu_limit_s: float) -> tuple[bool, bool]:
     from math_verify import verify
 
     def equal(g, p) -> bool:
         try:
-            return verify(g, p, timeout_seconds=timeout_s, raise_on_error=True)
+            return verify(g, p, timeout_seconds=None, raise_on_error=True)
         except Exception:  # noqa: BLE001  (a pair math-verify cannot compare is not equal)
             return False
 
-    gold, gold_timeout = _parsed_gold(answer, timeout_s)
-    pred, pred_timeout = _parse(prediction, timeout_s)
+    gold, gold_timeout = _parsed_gold(answer, cpu_limit_s)
+    pred, pred_timeout = _parse(prediction, cpu_limit_s)
     if not gold or not pred:
         return False, gold_timeout or pred_timeout
     timed_out = False
     for g in gold:
         for p in pred:
-            same, pair_timeout = guarded(lambda g=g, p=p: equal(g, p), timeout_s)
+            same, pair_timeout = guarded(lambda g=g, p=p: equal(g, p), cpu_limit_s)
             if same:
                 return True, False
             timed_out = timed_out or pair_timeout

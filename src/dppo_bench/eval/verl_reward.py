@@ -2,24 +2,27 @@
 
     reward.custom_reward_function.path=<this file>  reward.custom_reward_function.name=compute_score
 
-verl calls it from reward-loop threads and async Ray actors, where math-verify's SIGALRM timeouts cannot run:
-answers decided without a verifier are scored in the calling thread, the rest go to this process's shared
-grading pool (worker processes, thread-safe), so online validation matches ``dppo-bench score`` sample for sample.
-The returned ``problem_id`` (from ``extra_info``, written by ``data prepare``) lands in verl's validation dumps,
-where ``dppo-bench eval convert-verl-dump`` reads it.
+verl calls it from reward-loop threads and async Ray actors, where the verifier's CPU-time signal cannot run:
+``grading.grade`` decides what it can in the calling thread and sends the rest to this process's shared grading
+pool (worker processes, thread-safe), so online validation matches ``dppo-bench score`` sample for sample. From
+``extra_info`` (written by ``data prepare``) come ``answer_type``, ``dataset`` (the spec the row was prepared
+from: its prompt template says whether the response starts inside a reasoning block) and ``problem_id``; the
+returned ``problem_id`` lands in verl's validation dumps, where ``dppo-bench eval convert-verl-dump`` reads it.
 """
 
 from __future__ import annotations
 
-from dppo_bench.eval.grading import DEFAULT_TIMEOUT_S, Verdict, decide, shared_pool
+from functools import cache
+
+from dppo_bench.eval.grading import DEFAULT_TIMEOUT_S, grade
+from dppo_bench.eval.prompts import load_prompt
+from dppo_bench.eval.spec import load_any
 
 
-def _verdict(solution_str: str, ground_truth: str, answer_type: str, timeout_s: int) -> Verdict:
-    verdict, prediction = decide(solution_str, ground_truth, answer_type)
-    if verdict is not None:
-        return verdict
-    correct, timed_out = shared_pool().check(prediction, ground_truth, timeout_s).result()
-    return Verdict(correct, timed_out, prediction)
+@cache
+def opens_reasoning(dataset: str | None) -> bool:
+    """Whether the prompt template of the spec ``dataset`` opens a reasoning block (False for rows without one)."""
+    return bool(dataset) and load_prompt(load_any(dataset).prompt).opens_reasoning
 
 
 def compute_score(
@@ -29,12 +32,18 @@ def compute_score(
     extra_info: dict | None = None,
     *,
     incorrect_score: float = 0.0,
-    timeout_s: int = DEFAULT_TIMEOUT_S,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
     **_: object,
 ) -> dict:
     """{score, acc, pred, timeout, problem_id}: score is 1.0 or ``incorrect_score`` (-1.0 gives DAPO's +-1)."""
     info = extra_info or {}
-    verdict = _verdict(solution_str, str(ground_truth), info.get("answer_type", "auto"), int(timeout_s))
+    verdict = grade(
+        solution_str,
+        str(ground_truth),
+        info.get("answer_type", "auto"),
+        opens_reasoning=opens_reasoning(info.get("dataset")),
+        timeout_s=float(timeout_s),
+    )
     return {
         "score": 1.0 if verdict.correct else float(incorrect_score),
         "acc": float(verdict.correct),
