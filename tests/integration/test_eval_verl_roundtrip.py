@@ -48,7 +48,7 @@ def test_online_dump_rescored_offline_matches_the_online_reward(tmp_path):
 
     pset = ProblemSet(problems, problems_sha256(problems), "test", "local", None)
     out = tmp_path / "s.jsonl.gz"
-    convert_dump(tmp_path / "val", pset, out, benchmark="tiny", model="run", sampling={"n": 2})
+    convert_dump(tmp_path / "val", pset, out, benchmark="tiny", model="run", sampling={"n": 2}, template="dapo_answer")
     bench = load_benchmark("aime24").model_copy(update={"id": "tiny", "n": 2, "answer_type": "integer"})
     offline = score_samples(bench, pset, read_samples(out), workers=1)
     assert [p["c"] for p in offline["problems"]] == [1, 2]

@@ -75,7 +75,9 @@ def test_convert_dump(tmp_path, with_ids):
     assert dump_path(tmp_path / "val", None).name == "10.jsonl"
     out = tmp_path / "s.jsonl.gz"
     bench = load_benchmark("aime24").model_copy(update={"id": "tiny", "n": 2})
-    summary = convert_dump(tmp_path / "val", PSET, out, benchmark="tiny", model="run-7", sampling={"n": 2})
+    summary = convert_dump(
+        tmp_path / "val", PSET, out, benchmark="tiny", model="run-7", sampling={"n": 2}, template="dapo_answer"
+    )
     assert summary["problems"] == {"q0": 2, "q1": 2} and summary["skipped_rows"] == 2
     samples = read_samples(out)
     grouped = check_samples(bench, PSET, samples, 2)
@@ -90,6 +92,20 @@ def test_convert_dump_refuses_another_problem_set(tmp_path):
     dump = tmp_path / "10.jsonl"
     dump.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(DataError, match="line 1: field 'gts' is '3', but q0 has answer '2'"):
-        convert_dump(dump, PSET, tmp_path / "s.jsonl.gz", benchmark="tiny", model="m", sampling={})
+        convert_dump(
+            dump, PSET, tmp_path / "s.jsonl.gz", benchmark="tiny", model="m", sampling={}, template="dapo_answer"
+        )
     with pytest.raises(DataError, match="no validation dump for step 3"):
         dump_path(tmp_path, 3)
+
+
+def test_a_converted_dump_records_the_benchmarks_template(tmp_path):
+    """The dump's prompts were made with the benchmark's template, so offline scoring applies its reasoning rule as
+    verl's reward did: for r1_boxed, a completion that never closes its reasoning has no answer."""
+    from dppo_bench.eval.score import opens_reasoning
+
+    (tmp_path / "10.jsonl").write_text("".join(json.dumps(r) + "\n" for r in dump_rows(True)))
+    out = tmp_path / "s.jsonl.gz"
+    convert_dump(tmp_path / "10.jsonl", PSET, out, benchmark="tiny", model="m", sampling={}, template="r1_boxed")
+    template = read_samples(out).header["prompt"]["template"]
+    assert template == "r1_boxed" and opens_reasoning(template, out) is True

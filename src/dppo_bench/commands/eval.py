@@ -129,6 +129,7 @@ def convert(args: argparse.Namespace) -> int:
         benchmark=spec.id,
         model=args.model,
         sampling=_sampling(spec, args, None),
+        template=spec.prompt,
         step=args.step,
     )
     counts = sorted(set(summary["problems"].values()))

@@ -97,7 +97,15 @@ def rescore_run(run_path: Path, benchmark: str, steps: list[int], data: Path, *,
                 tmp = samples.with_name("samples.tmp.jsonl.gz")
                 tmp.unlink(missing_ok=True)
                 model = f"verl run {run_name} step {step}"
-                convert_dump(dump, problems, tmp, benchmark=spec.id, model=model, sampling=_sampling(spec, info))
+                convert_dump(
+                    dump,
+                    problems,
+                    tmp,
+                    benchmark=spec.id,
+                    model=model,
+                    sampling=_sampling(spec, info),
+                    template=spec.prompt,
+                )
                 os.replace(tmp, samples)
                 write_scores(score_samples(spec, problems, read_samples(samples), pool=pool, seed=seed), scores_path)
             scores = json.loads(scores_path.read_text())

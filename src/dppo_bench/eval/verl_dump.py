@@ -65,9 +65,19 @@ class _Matcher:
 
 
 def convert_dump(
-    dump: Path, problems: ProblemSet, out: Path, *, benchmark: str, model: str, sampling: dict, step: int | None = None
+    dump: Path,
+    problems: ProblemSet,
+    out: Path,
+    *,
+    benchmark: str,
+    model: str,
+    sampling: dict,
+    template: str,
+    step: int | None = None,
 ) -> dict:
-    """Write ``out`` (a new samples file) from one dump; returns counts per problem and skipped rows."""
+    """Write ``out`` (a new samples file) from one dump; returns counts per problem and skipped rows. ``template``:
+    the prompt template the benchmark's prepared prompts were made with (it decides whether the completions start
+    inside a reasoning block, as it did for verl's online reward)."""
     path = dump_path(dump, step)
     rows = read_jsonl(path, errors="replace")  # verl writes whatever the tokenizer decoded
     match = _Matcher(problems)
@@ -97,7 +107,7 @@ def convert_dump(
         "data_sha256": problems.sha256,
         "model": {"path": model, "kind": "verl-validation", "step": steps.pop() if len(steps) == 1 else None},
         "sampling": sampling,
-        "prompt": {"template": None, "prompts_sha256": canonical_sha256(prompts)},
+        "prompt": {"template": template, "prompts_sha256": canonical_sha256(prompts)},
         "source": {"verl_dump": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()},
     }
     ordered = {p.id: completions[p.id] for p in problems.problems if p.id in completions}
