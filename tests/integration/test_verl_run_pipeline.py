@@ -42,6 +42,9 @@ def expected_jobs(experiment_id: str) -> dict[str, int]:
         counts[rule] = counts.get(rule, 0) + 1
         if s.backend == "verl":
             data |= {s.verl.train_data, *s.eval.benchmarks}
+            if s.verl.model.path.startswith("results/base/"):  # a tiny base model the pipeline pretrains
+                bases.add(s.verl.model.path.split("/")[2])
+                tiny_data.add("tiny_sanity")
         else:
             from dppo_bench.config import base_setting_id
 

@@ -24,7 +24,6 @@ from ray import cloudpickle
 from ray.actor import _make_actor
 from verl.workers.rollout.vllm_rollout import vllm_async_server as server
 from verl.experimental.agent_loop import single_turn_agent_loop, agent_loop
-from verl.trainer.ppo.v1 import trainer_base
 from verl.workers.engine.fsdp import transformer_impl
 from dppo_bench.verl_plugin.topk.hooks import is_patched
 
@@ -32,7 +31,6 @@ classes = {
     "vLLMHttpServer": server.vLLMHttpServer,
     "SingleTurnAgentLoop": single_turn_agent_loop.SingleTurnAgentLoop,
     "AgentLoopOutput": agent_loop.AgentLoopOutput,
-    "PPOTrainer": trainer_base.PPOTrainer,
     "FSDPEngineWithLMHead": transformer_impl.FSDPEngineWithLMHead,
 }
 out = {"patched": is_patched(server.vLLMHttpServer.generate) and is_patched(server.SamplingParams)}
@@ -56,7 +54,6 @@ def test_every_patched_class_serialises_as_ray_serialises_actor_classes():
         "vLLMHttpServer": True,
         "SingleTurnAgentLoop": True,
         "AgentLoopOutput": True,
-        "PPOTrainer": True,
         "FSDPEngineWithLMHead": True,
         "SamplingParams": True,
         "extract_prompt_logprobs": True,
@@ -71,18 +68,21 @@ from verl.utils import distributed
 import verl.workers.engine_workers as workers
 from dppo_bench.verl_plugin.topk.hooks import is_patched
 
-torch_device = device.get_torch_device()
-free, total = torch_device.mem_get_info()
 out = {
     "device": device.get_device_name(),
-    "backend": device.get_nccl_backend(),
-    "resource": device.get_resource_name(),
-    "memory": 0 < free <= total and torch_device.memory_allocated() > 0,
-    "rng": torch_device.get_rng_state().numel() > 0,
-    "empty_cache": torch_device.empty_cache() is None,
     "process_group": is_patched(distributed.initialize_global_process_group_ray)
     and workers.initialize_global_process_group_ray is distributed.initialize_global_process_group_ray,
 }
+if os.environ.get("DPPO_BENCH_VERL_DEVICE") == "cpu":
+    torch_device = device.get_torch_device()
+    free, total = torch_device.mem_get_info()
+    out.update(
+        backend=device.get_nccl_backend(),
+        resource=device.get_resource_name(),
+        memory=0 < free <= total and torch_device.memory_allocated() > 0,
+        rng=torch_device.get_rng_state().numel() > 0,
+        empty_cache=torch_device.empty_cache() is None,
+    )
 try:
     out["vllm_version"] = md.version("vllm")
 except md.PackageNotFoundError:

@@ -114,7 +114,12 @@ except RuntimeError as err:
 @pytest.mark.slow
 def test_a_plain_import_verl_patches_every_module_it_then_imports():
     out = result_of(run_python(FRESH, VERL_USE_EXTERNAL_PLUGINS="auto", VERL_USE_EXTERNAL_MODULES=""))
-    assert out == {"fsdp": True, "ppo_loss": True, "single_turn": True, "padding": True, "vllm_imported": False}
+    assert {k: v for k, v in out.items() if k != "vllm_imported"} == {
+        "fsdp": True,
+        "ppo_loss": True,
+        "single_turn": True,
+        "padding": True,
+    }
 
 
 @pytest.mark.slow
