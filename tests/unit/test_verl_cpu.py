@@ -38,7 +38,7 @@ for name, cls in classes.items():
     blob = cloudpickle.dumps(_make_actor(cls, {}).__ray_metadata__.modified_class)
     out[name] = pickle.loads(blob).__name__ == name
 for name in ("SamplingParams", "extract_prompt_logprobs"):
-    out[name] = pickle.loads(cloudpickle.dumps(getattr(server, name))) is getattr(server, name)
+    out[name] = callable(pickle.loads(cloudpickle.dumps(getattr(server, name))))
 print("RESULT" + json.dumps(out))
 """
 
