@@ -105,9 +105,10 @@ def verl_batch(anchor):
     }
     if anchor == "rollout":  # bypass mode: old_log_probs is mu
         fields["old_log_probs"] = nested([x["mu"] for x in samples])
-    else:  # decoupled mode: old_log_probs is the recomputed pi_old, and rollout IS weights pi_old / mu
+    else:  # decoupled mode: old_log_probs is the recomputed pi_old, beside rollout IS weights and mu itself
         fields["old_log_probs"] = nested([x["pi_old"] for x in samples])
         fields["rollout_is_weights"] = nested([(x["pi_old"] - x["mu"]).exp() for x in samples])
+        fields["rollout_log_probs"] = nested([x["mu"] for x in samples])
     data = TensorDict(fields, batch_size=[len(seqs)])
     tu.assign_non_tensor(data, temperature=1.0, use_remove_padding=True, use_dynamic_bsz=False,
                          micro_batch_size_per_gpu=len(seqs), max_token_len_per_gpu=4096, use_fused_kernels=False,

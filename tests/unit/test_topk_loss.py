@@ -11,7 +11,7 @@ from verl.workers.utils import losses as verl_losses
 import dppo_bench.verl_plugin.entry  # noqa: F401  (registers the modes, installs the patches)
 from dppo_bench.verl_plugin.topk.fields import DIVERGENCE_KEYS
 from dppo_bench.verl_plugin.topk.hooks import original_of
-from dppo_bench.verl_plugin.topk.loss import current_topk_divergence
+from dppo_bench.verl_plugin.loss_inputs import current
 
 PROMPT, RESPONSES = 3, [6, 4, 5, 2]
 DELTA = 0.1
@@ -93,7 +93,7 @@ def test_topk_mode_masks_on_its_divergence_through_verls_ppo_loss(gen, kind, cap
     assert 0 < values["actor/mask_frac"] < 1
     assert values["actor/topk_divergence_mean"] == pytest.approx(d[mask].mean().item(), rel=1e-5)
     assert values["actor/topk_divergence_max"] == pytest.approx(d[mask].max().item(), rel=1e-6)
-    assert current_topk_divergence() is None  # exposed for that one call only
+    assert current().topk_divergence is None  # exposed for that one call only
 
 
 def test_other_modes_reach_verls_ppo_loss_unchanged(gen):

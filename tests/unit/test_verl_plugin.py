@@ -20,6 +20,7 @@ from verl.workers.utils.losses import ppo_loss
 import dppo_bench.verl_plugin.entry  # noqa: F401  (registers the modes in this process)
 from dppo_bench.config import load_methods
 from dppo_bench.methods import Tokens, get_mask, mask_names
+from dppo_bench.methods.surrogate import LOG_RATIO_BOUND
 from dppo_bench.verl_plugin.overrides import UNBOUNDED_IS_THRESHOLD, method_overrides
 
 RECIPES = load_methods()
@@ -133,19 +134,17 @@ def test_topk_modes_fail_clearly_without_plumbing(gen, name):
         )
 
 
-def test_mu_is_recovered_from_verls_own_rollout_is_weights(gen):
+def test_decoupled_mode_without_the_rollout_log_probs_is_a_clear_error(gen):
     log_mu, log_pi, log_old, adv, mask = batch(gen)
-    w, _ = compute_rollout_correction_weights(
-        log_old - log_mu, mask.float(), rollout_is="token", rollout_is_threshold=UNBOUNDED_IS_THRESHOLD
-    )
-    cfg = actor_config(0.2, 0.28, 3.0)
-    kw = dict(advantages=adv, response_mask=mask, config=cfg)
-    _, g_decoupled, _ = grad_of(
-        core_algos.get_policy_loss_fn("minirl_tis"), log_pi, old_log_prob=log_old, rollout_is_weights=w, **kw
-    )
-    M = ~get_mask("minirl_tis")(Tokens(log_pi, log_old, adv), 0.2, 0.28)
-    expected = -adv * (log_pi - log_mu).exp().clamp(max=3.0) * M * mask / mask.sum()
-    torch.testing.assert_close(g_decoupled, expected, rtol=1e-4, atol=1e-7)
+    with pytest.raises(RuntimeError, match="mu's own log-probs"):
+        core_algos.get_policy_loss_fn("minirl_tis")(
+            old_log_prob=log_old,
+            log_prob=log_pi,
+            advantages=adv,
+            response_mask=mask,
+            config=actor_config(0.2, 0.28, 3.0),
+            rollout_is_weights=(log_old - log_mu).exp(),
+        )
 
 
 FRESH_PROCESS_CHECK = r"""
@@ -153,6 +152,7 @@ import json, sys, torch
 import verl  # nothing else: the entry point must register our modes
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, get_policy_loss_fn
 from omegaconf import OmegaConf
+from dppo_bench.verl_plugin.loss_inputs import LossInputs, exposed
 cases = json.loads(sys.argv[1])
 out = {"registered": sorted(POLICY_LOSS_REGISTRY)}
 g = torch.Generator().manual_seed(1)
@@ -170,7 +170,8 @@ for name, (low, high, cap, recompute, alpha) in cases.items():
     lp = log_pi.clone().requires_grad_()
     kw = dict(old_log_prob=log_old if recompute else log_mu,
               rollout_is_weights=(log_old - log_mu).exp() * mask if recompute else None)
-    loss, _ = get_policy_loss_fn(name)(log_prob=lp, advantages=adv, response_mask=mask, config=cfg, **kw)
+    with exposed(LossInputs(rollout_log_prob=log_mu if recompute else None)):  # as the patched ppo_loss does
+        loss, _ = get_policy_loss_fn(name)(log_prob=lp, advantages=adv, response_mask=mask, config=cfg, **kw)
     loss.backward()
     out[name] = lp.grad.tolist()
 print("RESULT" + json.dumps(out))
@@ -264,22 +265,26 @@ from verl.trainer.config import RolloutCorrectionConfig
 from verl.trainer.ppo.core_algos import get_policy_loss_fn
 from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
 from verl.workers.config import ActorConfig
+from dppo_bench.verl_plugin.loss_inputs import LossInputs, exposed
 args = json.loads(sys.argv[1])
 data = torch.load(args["data"])
 out = {}
 for key, case in args["cases"].items():
     actor = ActorConfig(strategy="fsdp", ppo_micro_batch_size_per_gpu=2, ppo_mini_batch_size=4, rollout_n=1,
                         loss_agg_mode="token-mean", policy_loss=case["policy_loss"], **case["actor"])
-    kw = dict(old_log_prob=data["log_mu"], rollout_is_weights=None)
+    kw, inputs = dict(old_log_prob=data["log_mu"], rollout_is_weights=None), LossInputs()
     if case["rollout_correction"] is not None:  # decoupled mode: verl's own IS weights pi_old / mu
         batch = DataProto.from_dict(tensors={"old_log_probs": data["log_old"], "rollout_log_probs": data["log_mu"],
                                              "response_mask": data["mask"].long()})
         rc = RolloutCorrectionConfig(**case["rollout_correction"])
         batch, _ = compute_rollout_correction_and_add_to_batch(batch, rc)
         kw = dict(old_log_prob=data["log_old"], rollout_is_weights=batch.batch["rollout_is_weights"])
+        inputs = LossInputs(rollout_log_prob=data["log_mu"])  # as the patched ppo_loss hands them
     lp = data["log_pi"].clone().requires_grad_()
-    loss, _ = get_policy_loss_fn(case["loss_mode"])(log_prob=lp, advantages=data["adv"], response_mask=data["mask"],
-                                                    loss_agg_mode="token-mean", config=actor, **kw)
+    with exposed(inputs):
+        loss, _ = get_policy_loss_fn(case["loss_mode"])(log_prob=lp, advantages=data["adv"],
+                                                        response_mask=data["mask"], loss_agg_mode="token-mean",
+                                                        config=actor, **kw)
     loss.backward()
     out[key] = lp.grad.tolist()
 print("RESULT" + json.dumps(out))
@@ -360,7 +365,10 @@ def test_every_recipe_and_profile_through_verl_matches_the_paper_gradient(gen, t
     assert grpo[0, 0] != 0 and grpo[0, 1] == 0
 
 
-def ppo_loss_inputs(gen, *, recompute, B=4, P=3, R=6):
+PROMPT_LEN = 3
+
+
+def ppo_loss_inputs(gen, *, recompute, B=4, P=PROMPT_LEN, R=6):
     """verl's ppo_loss inputs in the padded layout: log-probs of full sequences, flattened."""
     resp_lens = torch.tensor([6, 4, 5, 2])
     attn = torch.ones(B, P + R, dtype=torch.int64)
@@ -380,6 +388,7 @@ def ppo_loss_inputs(gen, *, recompute, B=4, P=3, R=6):
     }
     if recompute:
         fields["rollout_is_weights"] = (log_old - log_mu).exp() * mask
+        fields["rollout_log_probs"] = log_mu
     data = TensorDict(fields, batch_size=[B])
     tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=int(mask.sum()), global_batch_size=B)
     flat = []
@@ -388,6 +397,31 @@ def ppo_loss_inputs(gen, *, recompute, B=4, P=3, R=6):
         seq[P - 1 : P - 1 + resp_lens[i]] = log_pi[i, : resp_lens[i]]  # row t predicts token t + 1
         flat.append(seq)
     return data, torch.cat(flat), log_pi, log_mu, mask
+
+
+@pytest.mark.parametrize("mode", ["dppo_binary_tv_recompute", "minirl_tis", "mask_bad_updates"])
+def test_decoupled_mode_takes_mu_from_the_rollout_log_probs_beyond_verls_clamp(gen, mode):
+    """verl clamps the rollout IS weights at exp(+-20): a token with mu = 1, pi_old = e^-120 and pi = e^-25 must be
+    weighted by pi / mu = e^-25 (its log bounded at -20, as in verl and the paper's code), not by pi over a mu
+    recovered from the clamped weight (e^75, bounded at e^20, then capped at C)."""
+    data, flat, log_pi, log_mu, mask = ppo_loss_inputs(gen, recompute=True)
+    log_old = data["old_log_probs"]
+    log_mu[0, 0], log_old[0, 0], log_pi[0, 0] = 0.0, -120.0, -25.0
+    flat[PROMPT_LEN - 1] = -25.0  # row 0's first response token in the flattened sequences
+    data["advantages"][0] = 1.0
+    data["rollout_is_weights"], _ = compute_rollout_correction_weights(
+        log_old - log_mu, mask.float(), rollout_is="token", rollout_is_threshold=UNBOUNDED_IS_THRESHOLD
+    )
+    assert data["rollout_is_weights"][0, 0] == pytest.approx(math.exp(-20))  # verl's clamp
+    cfg = ActorConfig(strategy="fsdp", ppo_micro_batch_size_per_gpu=2, ppo_mini_batch_size=4, rollout_n=1,
+                      clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=3.0, loss_agg_mode="token-mean",
+                      policy_loss={"loss_mode": mode})
+    flat = flat.requires_grad_()
+    loss, _ = ppo_loss(cfg, {"log_probs": flat}, data)
+    loss.backward()
+    kept = mode != "minirl_tis"  # MiniRL's ratio to pi_old, e^95, is clipped; the others keep the token
+    expected = -math.exp(-LOG_RATIO_BOUND) / mask.sum().item() if kept else 0.0
+    assert flat.grad[PROMPT_LEN - 1].item() == pytest.approx(expected, rel=1e-4, abs=1e-30)
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))

@@ -5,17 +5,17 @@ mode the run was configured in (see :mod:`dppo_bench.verl_plugin.overrides`):
 
 * bypass mode (rollout anchor): ``old_log_prob`` is mu itself and ``rollout_is_weights`` is
   None;
-* decoupled mode (recompute anchor) with token-level rollout IS and an unbounded threshold:
-  ``old_log_prob`` is pi_old and ``rollout_is_weights = pi_old / mu`` exactly, so
-  ``log mu = old_log_prob - log(rollout_is_weights)``. The weights are used only to recover
-  mu, never multiplied in again: the weight is always min(pi / mu, C).
+* decoupled mode (recompute anchor), with token-level rollout IS: ``old_log_prob`` is pi_old
+  and verl passes ``rollout_is_weights``, which only tell the mode apart here. mu's own
+  log-probs come from the patched ``ppo_loss``: the weights are clamped at exp(+-20) by verl,
+  so mu recovered from them would be silently wrong beyond that. The weight is always
+  min(pi / mu, C).
 
 Hyperparameters come through verl's existing keys (:mod:`dppo_bench.verl_plugin.hyperparameters`).
 
-Top-K modes also need the per-token top-K divergence, which verl's loss signature cannot carry:
-the trainer's forward computes it and the patched ``ppo_loss`` exposes it for the duration of the
-call (:mod:`dppo_bench.verl_plugin.topk`); pi's per-token entropy (for the statistics of the
-masked tokens) arrives the same way.
+What verl's loss signature cannot carry (mu's log-probs in decoupled mode, the per-token top-K
+divergence, pi's entropy for the statistics of the masked tokens) the patched ``ppo_loss``
+exposes for the duration of the call (:mod:`dppo_bench.verl_plugin.loss_inputs`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import torch
 
 from dppo_bench.methods import MaskRule, surrogate_loss
 from dppo_bench.verl_plugin.hyperparameters import from_verl
+from dppo_bench.verl_plugin.loss_inputs import current
 
 
 def _anchors(
@@ -49,45 +50,48 @@ def _anchors(
             "bypass mode (algorithm.rollout_correction.bypass_mode=True, rollout_is=null); verl passed "
             "rollout IS weights, so old_log_prob is a recomputed pi_old"
         )
-    log_w = rollout_is_weights.float().clamp(min=torch.finfo(torch.float32).tiny).log()
-    return torch.where(response_mask, old_log_prob - log_w, old_log_prob), old_log_prob
+    mu = _checked(rule, current().rollout_log_prob, "rollout log-probs", old_log_prob)
+    if mu is None:
+        raise RuntimeError(
+            f"loss mode {rule.name!r} runs in decoupled mode and needs mu's own log-probs, which reach a policy loss "
+            "only through verl's ppo_loss as patched by dppo-bench (from the batch's rollout_log_probs; verl's "
+            "rollout IS weights are clamped at exp(+-20), so mu is not recovered from them); this call came without"
+        )
+    return torch.where(response_mask, mu, old_log_prob), old_log_prob
+
+
+def _checked(rule: MaskRule, value: torch.Tensor | None, what: str, like: torch.Tensor) -> torch.Tensor | None:
+    """A tensor the patched ``ppo_loss`` exposed, on ``like``'s device, if its shape matches ``like``'s."""
+    if value is None:
+        return None
+    if value.shape != like.shape:
+        raise RuntimeError(
+            f"loss mode {rule.name!r}: {what} of shape {tuple(value.shape)} for log_prob of shape {tuple(like.shape)}"
+        )
+    return value.to(like.device)
 
 
 def _topk_divergence(rule: MaskRule, log_prob: torch.Tensor) -> torch.Tensor:
     """The per-token top-K divergence the trainer's forward computed for this ``ppo_loss`` call."""
     from dppo_bench.verl_plugin.patches import installation_error
-    from dppo_bench.verl_plugin.topk.loss import current_topk_divergence
 
     if installation_error() is not None:
         raise RuntimeError(f"loss mode {rule.name!r}: {installation_error()}")
-    topk = current_topk_divergence()
+    topk = _checked(rule, current().topk_divergence, "top-K divergence", log_prob)
     if topk is None:
         raise RuntimeError(
             f"loss mode {rule.name!r} needs the per-token top-K divergence of mu and pi, which reaches a policy "
             "loss only through verl's ppo_loss as patched by dppo-bench (the engine's forward computes it from "
             "the rollout's top-K); this call came without one"
         )
-    if topk.shape != log_prob.shape:
-        raise RuntimeError(f"top-K divergence {tuple(topk.shape)} does not match log_prob {tuple(log_prob.shape)}")
-    return topk.to(log_prob.device)
-
-
-def _entropy(log_prob: torch.Tensor) -> torch.Tensor | None:
-    """pi's per-token entropy of this ``ppo_loss`` call, when the engine computed it (calculate_entropy)."""
-    from dppo_bench.verl_plugin.topk.loss import current_entropy
-
-    entropy = current_entropy()
-    if entropy is not None and entropy.shape != log_prob.shape:
-        raise RuntimeError(f"entropy {tuple(entropy.shape)} does not match log_prob {tuple(log_prob.shape)}")
-    return entropy
+    return topk
 
 
 def _on_masked(advantages: torch.Tensor):
     """Counts the masked tokens' ids while the step collects them (App. D); None otherwise."""
     from dppo_bench.verl_plugin.masked_tokens import current_counter
-    from dppo_bench.verl_plugin.topk.loss import current_response_ids
 
-    counter, ids = current_counter(), current_response_ids()
+    counter, ids = current_counter(), current().response_ids
     if counter is None or ids is None:
         return None
     return lambda masked: counter.add(ids.to(masked.device), masked, advantages)
@@ -132,7 +136,7 @@ def make_verl_loss(rule: MaskRule):
             loss_agg_mode=loss_agg_mode,
             topk_divergence=topk,
             batch_info=dict(config.global_batch_info),
-            entropy=_entropy(log_prob),
+            entropy=_checked(rule, current().entropy, "entropy", log_prob),
             on_masked=_on_masked(advantages),
         )
         if topk is not None:

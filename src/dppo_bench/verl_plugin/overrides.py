@@ -13,7 +13,7 @@ from dppo_bench.verl_plugin.topk.fields import CUSTOM_KEY, VLLM_DEFAULT_MAX_LOGP
 
 ACTOR = "actor_rollout_ref.actor"
 ROLLOUT_CORRECTION = "algorithm.rollout_correction"
-UNBOUNDED_IS_THRESHOLD = 1e12  # no truncation: rollout_is_weights = pi_old / mu exactly
+UNBOUNDED_IS_THRESHOLD = 1e12  # no truncation: verl's weights stay pi_old / mu (within its exp(+-20) clamp)
 PAPER_TOPK = 20  # Sec. 4.3: K = 20, vLLM's default cap on returned log-probs
 
 
@@ -22,7 +22,8 @@ def method_overrides(recipe: MethodRecipe, profile: str, *, topk: int = PAPER_TO
 
     Rollout anchor: bypass mode, so verl passes mu as ``old_log_prob`` and skips the recompute
     pass. Recompute anchor: decoupled mode with token-level rollout IS at an unbounded
-    threshold, from which the loss recovers mu (see :mod:`dppo_bench.verl_plugin.losses`).
+    threshold; the weights tell the loss the mode, and mu's log-probs reach it beside them
+    (see :mod:`dppo_bench.verl_plugin.losses`).
     """
     rule = get_mask(recipe.mask)
     values = to_verl(LossValues.of(rule, recipe.profile(profile)))

@@ -1,16 +1,12 @@
-"""Getting the trainer's top-K divergence (and pi's entropy) to a registered policy loss.
+"""Getting the trainer's top-K divergence, pi's entropy and mu's log-probs to a registered policy loss.
 
-verl 0.9.1's ``ppo_loss`` hands a policy loss only ``old_log_prob``, ``log_prob``,
-``advantages``, ``response_mask`` and ``rollout_is_weights``; the divergence the engine put in
-``model_output`` is dropped, and so is the per-token entropy. So ``ppo_loss`` is wrapped: for
-our loss modes it slices both to the response layout with verl's own ``no_padding_2_padding``
-(the same call that produces ``log_prob``, so they align token for token) and exposes them for
-exactly the duration of that one ``ppo_loss`` call; the registered loss reads them with
-:func:`current_topk_divergence` and :func:`current_entropy` (the entropy of the masked tokens,
-Fig. 6), and the response ids with :func:`current_response_ids` while a step counts its masked
-tokens (App. D). When the micro-batch carries the rollout's top-K, the wrapper also adds the mean
-probability mass of mu's kept set (Fig. 12) to the returned metrics. verl's own loss modes go
-straight to verl's function.
+verl 0.9.1's ``ppo_loss`` drops the divergence the engine put in ``model_output``, the per-token entropy and the
+rollout's log-probs. So ``ppo_loss`` is wrapped: for our loss modes it slices the first two to the response layout
+with verl's own ``no_padding_2_padding`` (the same call that produces ``log_prob``, so they align token for token),
+takes ``rollout_log_probs`` from the micro-batch in decoupled mode, and exposes them for exactly the duration of that
+one ``ppo_loss`` call (:mod:`dppo_bench.verl_plugin.loss_inputs`), with the response ids while a step counts its
+masked tokens (App. D). When the micro-batch carries the rollout's top-K, the wrapper also adds the mean probability
+mass of mu's kept set (Fig. 12) to the returned metrics. verl's own loss modes go straight to verl's function.
 
 Patched where the name is bound: ``verl.workers.utils.losses.ppo_loss`` and the copy that
 ``verl.workers.engine_workers`` imports (the worker binds ``partial(ppo_loss, config=...)``
@@ -19,44 +15,17 @@ in ``init_model``, after the patch).
 
 from __future__ import annotations
 
-from contextvars import ContextVar
 from types import ModuleType
-from typing import NamedTuple
 
 import torch
 
 from dppo_bench.methods import MaskRule, get_mask
+from dppo_bench.verl_plugin.loss_inputs import LossInputs, exposed
 from dppo_bench.verl_plugin.topk.fields import DIVERGENCE_KEYS, TOPK_LOGPROBS
 from dppo_bench.verl_plugin.topk.hooks import wrap
 
 TOPK_MASS_METRIC = "actor/rollout_topk_mass_mean"
-
-
-class LossInputs(NamedTuple):
-    topk_divergence: torch.Tensor | None
-    entropy: torch.Tensor | None
-    response_ids: torch.Tensor | None  # only while masked tokens are counted (dppo_bench.verl_plugin.masked_tokens)
-
-
-_CURRENT: ContextVar[LossInputs | None] = ContextVar("dppo_bench_loss_inputs", default=None)
-
-
-def current_topk_divergence() -> torch.Tensor | None:
-    """The (batch, response_len) top-K divergence of the ``ppo_loss`` call in progress, if any."""
-    inputs = _CURRENT.get()
-    return None if inputs is None else inputs.topk_divergence
-
-
-def current_entropy() -> torch.Tensor | None:
-    """pi's (batch, response_len) entropy of the ``ppo_loss`` call in progress, if the engine computed it."""
-    inputs = _CURRENT.get()
-    return None if inputs is None else inputs.entropy
-
-
-def current_response_ids() -> torch.Tensor | None:
-    """The (batch, response_len) token ids of the ``ppo_loss`` call in progress, while masked tokens are counted."""
-    inputs = _CURRENT.get()
-    return None if inputs is None else inputs.response_ids
+ROLLOUT_LOG_PROBS = "rollout_log_probs"  # mu's log-probs in verl's batch, in both modes
 
 
 def our_rule(loss_mode: str) -> MaskRule | None:
@@ -77,7 +46,7 @@ def rollout_topk_mass(data) -> float:
     return rows.exp().sum(-1).mean().item() if rows.numel() else float("nan")
 
 
-def with_topk_divergence(original):
+def with_loss_inputs(original):
     def ppo_loss(config, model_output, data, dp_group=None):
         rule = our_rule(config.policy_loss.get("loss_mode", "vanilla"))
         if rule is None:
@@ -95,12 +64,11 @@ def with_topk_divergence(original):
             _probe_dump(model_output, data, topk)
         from dppo_bench.verl_plugin.masked_tokens import current_counter
 
-        ids = data.select("responses").to_padded_tensor()["responses"] if current_counter() is not None else None
-        token = _CURRENT.set(LossInputs(topk, entropy, ids))
-        try:
+        ids = _padded(data, "responses") if current_counter() is not None else None
+        decoupled = "rollout_is_weights" in data.keys() and ROLLOUT_LOG_PROBS in data.keys()
+        mu = _padded(data, ROLLOUT_LOG_PROBS) if decoupled else None
+        with exposed(LossInputs(topk, entropy, ids, mu)):
             loss, metrics = original(config, model_output, data, dp_group)
-        finally:
-            _CURRENT.reset(token)
         if mass is not None:
             from verl.utils.metric import AggregationType, Metric
 
@@ -108,6 +76,11 @@ def with_topk_divergence(original):
         return loss, metrics
 
     return ppo_loss
+
+
+def _padded(data, key: str) -> torch.Tensor:
+    """One field of the micro-batch in the padded (batch, response_len) layout, as verl's ppo_loss reads its own."""
+    return data.select(key).to_padded_tensor()[key]
 
 
 def _probe_dump(model_output, data, topk: torch.Tensor) -> None:
@@ -139,4 +112,4 @@ def _divergence_key(rule: MaskRule, model_output) -> str:
 
 def patch_ppo_loss(module: ModuleType) -> None:
     """Rebind ``module.ppo_loss`` (verl's losses module, or one that imported the name) to the wrapper."""
-    wrap(module, "ppo_loss", ("config", "model_output", "data", "dp_group"), with_topk_divergence)
+    wrap(module, "ppo_loss", ("config", "model_output", "data", "dp_group"), with_loss_inputs)
