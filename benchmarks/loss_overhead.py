@@ -19,11 +19,14 @@ import torch
 from omegaconf import OmegaConf
 from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
-import dppo_bench.verl_plugin  # noqa: F401  (registers our modes)
+import dppo_bench.verl_plugin.entry  # noqa: F401  (registers our modes)
 from dppo_bench.methods import get_mask, mask_names
-from dppo_bench.topk import topk_divergence_from_logits
+from dppo_bench.divergence import topk_divergence
+from dppo_bench.topk import topk_log_probs
+from dppo_bench.verl_plugin.loss_inputs import LossInputs, exposed
 
-THRESHOLDS = {"delta": (0.15, 0.15), "eps": (0.2, 0.28), "none": (0.0, 0.0)}
+THRESHOLDS = {"delta": (0.15, 0.15), "eps": (0.2, 0.28), "eps_alpha": (0.2, 0.28), "none": (0.0, 0.0)}
+ALPHA = 0.1  # the efficiency study's rollout-probability cutoff, for the rules that read one
 
 
 def median_time(fn, repeats: int) -> float:
@@ -36,7 +39,7 @@ def median_time(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def loss_step(name: str, data: dict, low: float, high: float, recompute: bool):
+def loss_step(name: str, data: dict, low: float, high: float, recompute: bool, alpha: float | None):
     cfg = OmegaConf.create(
         {
             "clip_ratio": 0.2,
@@ -44,22 +47,25 @@ def loss_step(name: str, data: dict, low: float, high: float, recompute: bool):
             "clip_ratio_high": high,
             "clip_ratio_c": 1e4,
             "global_batch_info": {},
+            "policy_loss": {"dro_beta": alpha},
         }
     )
     fn = get_policy_loss_fn(name)
     old = data["log_old"] if recompute else data["log_mu"]
     weights = data["weights"] if recompute else None
+    inputs = LossInputs(rollout_log_prob=data["log_mu"] if recompute else None)  # as the patched ppo_loss hands them
 
     def step():
         lp = data["log_pi"].clone().requires_grad_()
-        loss, _ = fn(
-            old_log_prob=old,
-            log_prob=lp,
-            advantages=data["adv"],
-            response_mask=data["mask"],
-            config=cfg,
-            rollout_is_weights=weights,
-        )
+        with exposed(inputs):
+            loss, _ = fn(
+                old_log_prob=old,
+                log_prob=lp,
+                advantages=data["adv"],
+                response_mask=data["mask"],
+                config=cfg,
+                rollout_is_weights=weights,
+            )
         loss.backward()
 
     return step
@@ -77,12 +83,16 @@ def bench_losses(batch: int, length: int, repeats: int) -> None:
         "mask": torch.rand(batch, length, generator=g) < 0.9,
         "weights": (log_old - log_mu).exp(),
     }
-    modes = {"vanilla": (0.2, 0.28, False), "dppo_tv": (0.15, 0.15, False), "dppo_kl": (0.05, 0.05, False)}
+    modes = {
+        "vanilla": (0.2, 0.28, False, None),
+        "dppo_tv": (0.15, 0.15, False, None),
+        "dppo_kl": (0.05, 0.05, False, None),
+    }
     for name in mask_names():
         rule = get_mask(name)
         if not rule.needs_topk:
             low, high = THRESHOLDS[rule.thresholds]
-            modes[name] = (low, high, rule.anchors == ("recompute",))
+            modes[name] = (low, high, rule.anchors == ("recompute",), ALPHA if rule.reads_alpha else None)
     # interleave the modes over rounds so drift in machine load hits all of them alike
     samples = {m: [] for m in modes}
     steps = {m: loss_step(m, data, *v) for m, v in modes.items()}
@@ -106,7 +116,7 @@ def bench_topk(tokens: int, vocab: int, k: int, repeats: int) -> None:
     log_norm = torch.logsumexp(logits, -1)  # what the trainer's log-prob pass already has
     t_softmax = median_time(lambda: torch.log_softmax(logits, -1), repeats)
     t_topk = median_time(
-        lambda: topk_divergence_from_logits(logits, ids, mu_lp, "kl", log_normalizer=log_norm), repeats
+        lambda: topk_divergence(mu_lp, topk_log_probs(logits, ids, normalizer=log_norm), "kl"), repeats
     )
     print(f"\ntop-K divergence, {tokens} tokens x V={vocab}, K={k}")
     print(f"log-softmax pass        {t_softmax * 1e3:8.2f} ms")

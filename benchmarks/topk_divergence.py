@@ -31,9 +31,9 @@ import numpy as np
 import torch
 from torch.utils.benchmark import Timer
 
-from dppo_bench.divergence import topk_divergence, topk_of_logits
+from dppo_bench.divergence import topk_divergence, topk_of_log_probs
 from dppo_bench.verl_plugin.topk.agent_loop import align_to_response
-from dppo_bench.verl_plugin.topk.reduce import divergences_from_gathered, logits_at, topk_log_probs
+from dppo_bench.topk import divergences_from_gathered, logits_at, topk_log_probs
 
 TARGET = 0.05
 CHECK_ATOL = 1e-5  # float32: recovering the normaliser from log pi costs a few ulps of the logit
@@ -46,7 +46,9 @@ def inputs(tokens: int, vocab: int, k: int, device: torch.device) -> Inputs:
     g = torch.Generator(device=device).manual_seed(0)  # generated on the device: no host copy of T x V
     logits = torch.randn(tokens, vocab, generator=g, device=device) * 2
     sampled = torch.randint(0, vocab, (tokens,), generator=g, device=device)
-    ids, mu = topk_of_logits(logits + 0.1 * torch.randn(tokens, vocab, generator=g, device=device), k, sampled)
+    ids, mu = topk_of_log_probs(
+        (logits + 0.1 * torch.randn(tokens, vocab, generator=g, device=device)).float().log_softmax(-1), k, sampled
+    )
     sampled_lp = torch.log_softmax(logits, -1).gather(-1, sampled[:, None]).squeeze(-1)  # the engine's log pi
     return logits, torch.cat([ids, sampled[:, None]], -1), mu, sampled_lp
 

@@ -136,9 +136,10 @@ def kept_token_set(
     return ids, logprobs
 
 
-def topk_of_logits(logits: torch.Tensor, k: int, sampled_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """mu's kept set from full logits (local rollout engine): ids and log-probs, (..., K)."""
-    logprobs = logits.float().log_softmax(dim=-1)
-    top_lp, top_ids = logprobs.topk(k, dim=-1)
-    sampled_lp = logprobs.gather(-1, sampled_ids.unsqueeze(-1)).squeeze(-1)
+def topk_of_log_probs(
+    log_probs: torch.Tensor, k: int, sampled_ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """mu's kept set from its full log-probs (..., V) (local rollout engine): ids and log-probs, (..., K)."""
+    top_lp, top_ids = log_probs.topk(k, dim=-1)
+    sampled_lp = log_probs.gather(-1, sampled_ids.unsqueeze(-1)).squeeze(-1)
     return kept_token_set(top_ids, top_lp, sampled_ids, sampled_lp)

@@ -30,7 +30,7 @@ from verl.workers.engine import EngineRegistry
 from verl.workers.utils.losses import ppo_loss
 
 from dppo_bench.config import find_method, find_setting
-from dppo_bench.divergence import topk_of_logits
+from dppo_bench.divergence import topk_of_log_probs
 from dppo_bench.local.model import build_model, load_model, save_model
 from dppo_bench.local.tokenizer import build_tokenizer
 from dppo_bench.local.update import Batch, Loss, update
@@ -78,7 +78,7 @@ for p, r in zip(PROMPTS, RESPONSES):
             s, mu_rows = torch.cat([s, token]), [*mu_rows, mu_logits]
         pi = torch.log_softmax(policy(s[None]).logits[0].float(), -1)[p - 1 : p - 1 + r]
     mu_logits = torch.stack(mu_rows)
-    ids, mu_topk = topk_of_logits(mu_logits, K, s[p:])
+    ids, mu_topk = topk_of_log_probs(mu_logits.float().log_softmax(-1), K, s[p:])
     # pi_old of the recompute anchor: the policy one update earlier (as for a step's second mini-batch)
     old = torch.log_softmax(pi + 1.0 * torch.randn(pi.shape, generator=g), -1)
     seqs.append(s)

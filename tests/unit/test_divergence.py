@@ -57,7 +57,7 @@ def test_binary_le_topk_le_exact_and_equal_at_full_vocab(gen, kind):
     pi_s = pi_full.gather(-1, sampled[:, None]).squeeze(-1)
     binary = D.binary_tv(mu_s, pi_s) if kind == "tv" else D.binary_kl(mu_s, pi_s)
 
-    ids, mu_k = D.topk_of_logits(mu_full, K, sampled)
+    ids, mu_k = D.topk_of_log_probs(mu_full, K, sampled)
     assert (ids == sampled[:, None]).any(-1).all(), "the sampled token must be in the kept set"
     topk = D.topk_divergence(mu_k, pi_full.gather(-1, ids), kind)
     exact = D.exact_divergence(mu_full, pi_full, kind)
@@ -65,7 +65,7 @@ def test_binary_le_topk_le_exact_and_equal_at_full_vocab(gen, kind):
     assert (topk <= exact + 1e-6).all()
     assert (topk < exact - 1e-4).any(), "with K < V the bound should be strict somewhere"
 
-    full_ids, mu_v = D.topk_of_logits(mu_full, V, sampled)
+    full_ids, mu_v = D.topk_of_log_probs(mu_full, V, sampled)
     at_v = D.topk_divergence(mu_v, pi_full.gather(-1, full_ids), kind)
     torch.testing.assert_close(at_v, exact, atol=1e-5, rtol=1e-5)
 

@@ -35,7 +35,7 @@ from verl.workers.config import ActorConfig, FSDPEngineConfig, FSDPOptimizerConf
 from verl.workers.engine import EngineRegistry
 from verl.workers.utils.losses import ppo_loss  # patched by the plugin on import
 
-from dppo_bench.divergence import topk_divergence, topk_of_logits
+from dppo_bench.divergence import topk_divergence, topk_of_log_probs
 
 K, T, V = 6, 0.7, 512
 PROMPTS, RESPONSES = [4, 2, 3, 1], [5, 3, 6, 2]
@@ -68,7 +68,7 @@ rows = {"ids": [], "mu": [], "expected_tv": [], "expected_kl": [], "sampled_mu":
 for s, lp, p, r in zip(seqs, pi_full, PROMPTS, RESPONSES):
     scoring = lp[p - 1 : p - 1 + r]  # row t scores token t + 1
     mu_logits = scoring + 0.8 * torch.randn(scoring.shape, generator=g)
-    ids, mu_lp = topk_of_logits(mu_logits, K, s[p:])
+    ids, mu_lp = topk_of_log_probs(mu_logits.float().log_softmax(-1), K, s[p:])
     rows["ids"].append(ids.int()); rows["mu"].append(mu_lp)
     rows["sampled_mu"].append(torch.log_softmax(mu_logits, -1).gather(-1, s[p:, None]).squeeze(-1))
     rows["expected_tv"].append(topk_divergence(mu_lp, scoring.gather(-1, ids), "tv"))

@@ -20,7 +20,7 @@ from tensordict import TensorDict
 from verl.utils import ulysses
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
-from dppo_bench.divergence import topk_divergence, topk_of_logits
+from dppo_bench.divergence import topk_divergence, topk_of_log_probs
 from dppo_bench.verl_plugin.topk.fields import DIVERGENCE_KEYS, TOPK_IDS, TOPK_LOGPROBS
 from dppo_bench.verl_plugin.topk.fsdp import with_topk_outputs
 
@@ -51,7 +51,9 @@ def micro_batch_and_logits() -> tuple[TensorDict, torch.Tensor]:
     ids, mu, start = [], [], 0
     for s, p, r in zip(seqs, PROMPTS, RESPONSES, strict=True):
         scoring = logits[start + p - 1 : start + p - 1 + r]
-        kept_ids, kept_mu = topk_of_logits(scoring + torch.randn(scoring.shape, generator=g), K, s[p:])
+        kept_ids, kept_mu = topk_of_log_probs(
+            (scoring + torch.randn(scoring.shape, generator=g)).float().log_softmax(-1), K, s[p:]
+        )
         ids.append(kept_ids.int())
         mu.append(kept_mu)
         start += p + r

@@ -15,7 +15,7 @@ import torch
 from dppo_bench.divergence import kept_token_set, topk_divergence
 from dppo_bench.verl_plugin.topk import megatron
 from dppo_bench.verl_plugin.topk.fields import DIVERGENCE_KEYS, TOPK_IDS
-from dppo_bench.verl_plugin.topk.reduce import (
+from dppo_bench.topk import (
     divergences_from_gathered,
     log_normalizer,
     logits_at,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dppo_bench.divergence import kept_token_set
+from dppo_bench.divergence import topk_of_log_probs
 
 
 @dataclass
@@ -84,8 +84,7 @@ class RolloutEngine:
             alive.append(~done)
             tokens.append(token)
             logps.append(logprobs.gather(-1, token[:, None]).squeeze(-1))
-            k_lp, k_ids = logprobs.topk(self.top_k, dim=-1)
-            k_ids, k_lp = kept_token_set(k_ids, k_lp, token, logps[-1])
+            k_ids, k_lp = topk_of_log_probs(logprobs, self.top_k, token)
             top_ids.append(k_ids)
             top_lps.append(k_lp)
             done = done | (token == eos_id)

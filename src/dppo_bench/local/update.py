@@ -14,6 +14,7 @@ import torch
 from dppo_bench.divergence import topk_divergence
 from dppo_bench.local.model import response_logits
 from dppo_bench.methods import MaskRule, surrogate_loss
+from dppo_bench.topk import topk_log_probs
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,8 @@ def update(
         entropy = -(log_softmax.exp() * log_softmax).sum(-1)
     topk = None
     if loss_spec.rule.topk_kind:
-        pi_at_ids = log_softmax.detach().gather(-1, batch.topk_ids)
+        log_softmax = log_softmax.detach()  # logits whose log-normaliser is 0
+        pi_at_ids = topk_log_probs(log_softmax, batch.topk_ids, normalizer=log_softmax.new_zeros(log_pi.shape))
         topk = topk_divergence(batch.topk_log_probs, pi_at_ids, loss_spec.rule.topk_kind)
     loss, stats = surrogate_loss(
         loss_spec.rule,
