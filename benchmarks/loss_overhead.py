@@ -20,8 +20,8 @@ from omegaconf import OmegaConf
 from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
 import dppo_bench.verl_plugin.entry  # noqa: F401  (registers our modes)
-from dppo_bench.methods import get_mask, mask_names
 from dppo_bench.divergence import topk_divergence
+from dppo_bench.methods import get_mask, mask_names
 from dppo_bench.topk import topk_log_probs
 from dppo_bench.verl_plugin.loss_inputs import LossInputs, exposed
 

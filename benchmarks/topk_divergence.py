@@ -32,8 +32,8 @@ import torch
 from torch.utils.benchmark import Timer
 
 from dppo_bench.divergence import topk_divergence, topk_of_log_probs
-from dppo_bench.verl_plugin.topk.agent_loop import align_to_response
 from dppo_bench.topk import divergences_from_gathered, logits_at, topk_log_probs
+from dppo_bench.verl_plugin.topk.agent_loop import align_to_response
 
 TARGET = 0.05
 CHECK_ATOL = 1e-5  # float32: recovering the normaliser from log pi costs a few ulps of the logit

@@ -136,9 +136,7 @@ def kept_token_set(
     return ids, logprobs
 
 
-def topk_of_log_probs(
-    log_probs: torch.Tensor, k: int, sampled_ids: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
+def topk_of_log_probs(log_probs: torch.Tensor, k: int, sampled_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """mu's kept set from its full log-probs (..., V) (local rollout engine): ids and log-probs, (..., K)."""
     top_lp, top_ids = log_probs.topk(k, dim=-1)
     sampled_lp = log_probs.gather(-1, sampled_ids.unsqueeze(-1)).squeeze(-1)

@@ -9,9 +9,9 @@ from verl.workers.config import ActorConfig
 from verl.workers.utils import losses as verl_losses
 
 import dppo_bench.verl_plugin.entry  # noqa: F401  (registers the modes, installs the patches)
+from dppo_bench.verl_plugin.loss_inputs import current
 from dppo_bench.verl_plugin.topk.fields import DIVERGENCE_KEYS
 from dppo_bench.verl_plugin.topk.hooks import original_of
-from dppo_bench.verl_plugin.loss_inputs import current
 
 PROMPT, RESPONSES = 3, [6, 4, 5, 2]
 DELTA = 0.1

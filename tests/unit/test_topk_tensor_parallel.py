@@ -13,8 +13,6 @@ import pytest
 import torch
 
 from dppo_bench.divergence import kept_token_set, topk_divergence
-from dppo_bench.verl_plugin.topk import megatron
-from dppo_bench.verl_plugin.topk.fields import DIVERGENCE_KEYS, TOPK_IDS
 from dppo_bench.topk import (
     divergences_from_gathered,
     log_normalizer,
@@ -22,6 +20,8 @@ from dppo_bench.topk import (
     no_reduce,
     topk_log_probs,
 )
+from dppo_bench.verl_plugin.topk import megatron
+from dppo_bench.verl_plugin.topk.fields import DIVERGENCE_KEYS, TOPK_IDS
 
 V, K = 96, 5
 

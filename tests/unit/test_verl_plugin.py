@@ -19,7 +19,7 @@ from verl.workers.utils.losses import ppo_loss
 
 import dppo_bench.verl_plugin.entry  # noqa: F401  (registers the modes in this process)
 from dppo_bench.config import load_methods
-from dppo_bench.methods import Tokens, get_mask, mask_names
+from dppo_bench.methods import get_mask, mask_names
 from dppo_bench.methods.surrogate import LOG_RATIO_BOUND
 from dppo_bench.verl_plugin.overrides import UNBOUNDED_IS_THRESHOLD, method_overrides
 

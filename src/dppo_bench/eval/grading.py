@@ -18,15 +18,14 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from dppo_bench.eval import verifier
 from dppo_bench.eval.extract import extract_answer
 from dppo_bench.eval.pool import RETRY_FACTOR, Pair, Result, VerifierPool
-from dppo_bench.eval.values import as_integer, comparable
+from dppo_bench.eval.values import AnswerType, as_integer, comparable
 
-AnswerType = Literal["auto", "integer", "math"]
-ANSWER_TYPES: tuple[str, ...] = ("auto", "integer", "math")
+ANSWER_TYPES: tuple[str, ...] = get_args(AnswerType)
 DEFAULT_TIMEOUT_S = 5.0  # CPU seconds per parse and per comparison (math-verify's own default, as CPU time)
 PAIRS_PER_WORKER = 400  # a worker process pays for its start-up (about 1 s) only with this many pairs to verify
 _GOLD_INTEGER = re.compile(r"[+-]?\d+")
@@ -42,7 +41,7 @@ class Verdict:
 GradeItem = tuple[str, str, str]  # (completion, answer, answer_type)
 
 
-def answer_kind(answer: str, answer_type: str) -> Literal["integer", "math"]:
+def answer_kind(answer: str, answer_type: AnswerType) -> Literal["integer", "math"]:
     """How an answer compares: "integer" (as integers, math-verify only for non-plain predictions) or "math"."""
     if answer_type not in ANSWER_TYPES:
         raise ValueError(f"answer_type {answer_type!r} is not one of {', '.join(ANSWER_TYPES)}")
@@ -71,7 +70,7 @@ def decide(
 def grade(
     completion: str,
     answer: str,
-    answer_type: str = "auto",
+    answer_type: AnswerType = "auto",
     *,
     opens_reasoning: bool = False,
     timeout_s: float = DEFAULT_TIMEOUT_S,

@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from dppo_bench.config import EVAL_DIR, REPO_ROOT, ConfigError, Strict, read_yaml, validate
+from dppo_bench.eval.values import AnswerType
 
 DATASETS_DIR = REPO_ROOT / "recipes" / "datasets"
 ID_PATTERN = re.compile(r"^[a-z0-9_]+$")
@@ -130,7 +131,7 @@ class DatasetSpec(Strict):
     data_source: str  # verl's data_source column (routes the reward; our reward function accepts any)
     ability: str = "math"
     split: Literal["train", "test"] = "train"  # extra_info.split in the parquet
-    answer_type: Literal["auto", "integer", "math"]  # see dppo_bench.eval.grading.answer_kind
+    answer_type: AnswerType
     prompt: str  # a template in eval/prompts/<prompt>.yaml
     sources: Sources
     path: Path = Field(exclude=True)  # the yaml it was read from (for error messages)

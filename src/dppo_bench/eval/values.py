@@ -8,6 +8,7 @@ math-verify. ``comparable`` gives math-verify the same reading of degree signs a
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from dppo_bench.eval.extract import NAME_EQUALS, matching_braces, strip_delimiters
 
@@ -23,6 +24,10 @@ _UNIT_SUFFIX = re.compile(  # degrees, percent, or a unit in words: "25^\circ", 
     r"(?:\^\{?\\circ\}?|\\%|%|\\(?:text|mbox)\{[A-Za-z ]*\}|\s+[A-Za-z]{2,}(?:\s+[A-Za-z]+)*)$"
 )
 _MAX_INTEGER_CHARS = 80
+
+# How a benchmark's gold answers compare (dppo_bench.eval.grading.answer_kind): read from each answer ("auto"), all
+# as integers (AIME), or all by math-verify
+AnswerType = Literal["auto", "integer", "math"]
 
 
 def _unwrap(s: str) -> str:

@@ -19,10 +19,10 @@ from types import ModuleType
 import torch
 from tensordict import TensorDict
 
+from dppo_bench.topk import divergences_from_gathered, logits_at
 from dppo_bench.verl_plugin.topk.fields import DIVERGENCE_KEYS, TOPK_IDS
 from dppo_bench.verl_plugin.topk.hooks import wrap
 from dppo_bench.verl_plugin.topk.layout import packed_kept_set, sequence_parallel_slice
-from dppo_bench.topk import divergences_from_gathered, logits_at
 
 FLAG = "distillation_use_topk"  # verl's switch for the logits-processor hook
 

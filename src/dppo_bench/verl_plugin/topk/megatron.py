@@ -22,10 +22,10 @@ from types import ModuleType, SimpleNamespace
 import torch
 from tensordict import TensorDict
 
+from dppo_bench.topk import AllReduce, divergences_from_gathered, logits_at, torch_all_reduce
 from dppo_bench.verl_plugin.topk.fields import DIVERGENCE_KEYS, TOPK_IDS
 from dppo_bench.verl_plugin.topk.hooks import wrap
 from dppo_bench.verl_plugin.topk.layout import packed_kept_set
-from dppo_bench.topk import AllReduce, divergences_from_gathered, logits_at, torch_all_reduce
 
 
 class GatherAtKeptIdsSharded:
