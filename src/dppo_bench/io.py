@@ -6,7 +6,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import BinaryIO
 
 CHECKSUMS = "SHA256SUMS"  # `sha256sum -c SHA256SUMS` format: "<hex>  <name>" per file
 
@@ -15,14 +17,30 @@ class CorruptFileError(ValueError):
     """A file of a run that is damaged or not what it should be: the message names the file."""
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` whole or not at all (a kill leaves the old file or the new one)."""
+def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Replace ``path`` with what ``write`` writes to the binary file it is given, whole or not at all (a kill
+    leaves the old file or the new one, never a part): a sibling temporary file, synced, then renamed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w") as f:
-        f.write(text)
+    with tmp.open("wb") as f:
+        write(f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    atomic_write(path, lambda f: f.write(data))
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: Path, value: object) -> None:
+    """``value`` as indented JSON with a final newline."""
+    atomic_write_text(path, json.dumps(value, indent=2) + "\n")
 
 
 def read_json(path: Path) -> object:
@@ -32,11 +50,12 @@ def read_json(path: Path) -> object:
         raise CorruptFileError(f"{path}: not valid JSON ({e}); the file is damaged") from None
 
 
-def read_jsonl(path: Path) -> tuple[list[tuple[int, object]], bool]:
-    """(line number, value) of every line of a JSON-lines file, and whether its last line was torn.
+def read_jsonl(path: Path, *, errors: str = "strict") -> tuple[list[tuple[int, object]], bool]:
+    """(line number, value) of every line of a JSON-lines file we append to, and whether its last line was torn.
 
     A torn line is the last one, without its newline, that is not valid JSON: a write cut short by a kill. It is
     not a row. Any other line that is not valid JSON is damage, and an error naming the file and the line.
+    ``errors="replace"`` reads text that is not valid UTF-8 (what a tokenizer decoded) instead of refusing it.
     """
     data = Path(path).read_bytes()
     lines = data.split(b"\n")
@@ -45,13 +64,27 @@ def read_jsonl(path: Path) -> tuple[list[tuple[int, object]], bool]:
         if not line.strip():
             continue
         try:
-            rows.append((n, json.loads(line)))
+            rows.append((n, json.loads(line.decode("utf-8", errors=errors))))
         except (json.JSONDecodeError, UnicodeDecodeError):
             if n == len(lines):  # the last line, not ended by a newline
                 torn = True
                 break
             raise CorruptFileError(f"{path}: line {n} is not valid JSON; the file is damaged") from None
     return rows, torn
+
+
+def read_complete_jsonl(path: Path, *, errors: str = "strict") -> list:
+    """Every value of a JSON-lines file that was written whole (an input: problems, a verl dump); a torn last line
+    is damage here too."""
+    rows, torn = read_jsonl(path, errors=errors)
+    if torn:
+        raise CorruptFileError(f"{path}: the last line is not valid JSON (cut short?); the file is damaged")
+    return [value for _, value in rows]
+
+
+def atomic_write_lines(path: Path, rows: Iterable[object]) -> None:
+    """Replace ``path`` with one JSON value a line, whole or not at all."""
+    atomic_write_text(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
 
 
 def file_sha256(path: Path) -> str:

@@ -1,6 +1,6 @@
 import random
 
-from dppo_bench.local.task import Problem, TaskConfig, make_splits, pretraining_text, solve
+from dppo_bench.local.task import Expression, TaskConfig, make_splits, pretraining_text, solve
 from dppo_bench.local.tokenizer import build_tokenizer
 
 
@@ -8,7 +8,7 @@ def test_solution_reduces_in_precedence_order():
     assert solve((7, 3, 5), "*-") == ("7*3=21,21-5=16,\\boxed{16}", 16)
     assert solve((2, 3, 4), "+*") == ("3*4=12,2+12=14,\\boxed{14}", 14)
     assert solve((9, 2, 4), "--") == ("9-2=7,7-4=3,\\boxed{3}", 3)
-    assert Problem("x", (3, 8), "-").text == "3-8=" and Problem("x", (3, 8), "-").answer == -5
+    assert Expression("x", (3, 8), "-").text == "3-8=" and Expression("x", (3, 8), "-").answer == -5
 
 
 def test_corruption_is_carried_on_consistently():

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from dppo_bench import canonical
+from dppo_bench.io import CorruptFileError
 from dppo_bench.rundir import RunDir
 from dppo_bench.verl_plugin.records import MetricMap, RecordError, apply_attempt, read_file_log
 
@@ -68,7 +69,7 @@ def test_a_last_line_cut_short_is_ignored_and_a_broken_middle_line_is_an_error(t
     assert read_file_log(log) == [(1, {"x": 1}), (2, {"x": 2})]
     bad = tmp_path / "b.jsonl"
     bad.write_bytes(b'{"step": 1, "data": {}}\n{oops\n{"step": 2, "data": {}}\n')
-    with pytest.raises(RecordError, match="b.jsonl: line 2 is not valid JSON and is not the last line"):
+    with pytest.raises(CorruptFileError, match="b.jsonl: line 2 is not valid JSON; the file is damaged"):
         read_file_log(bad)
     odd = tmp_path / "c.jsonl"
     odd.write_bytes(b'{"step": "1", "data": {}}\n')

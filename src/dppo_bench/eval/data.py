@@ -14,6 +14,7 @@ from pathlib import Path
 from dppo_bench.config import canonical_sha256
 from dppo_bench.eval.extract import last_box
 from dppo_bench.eval.spec import NORMALIZED_FIELDS, DatasetSpec, FieldRule, Fields, HubSource, LocalSource
+from dppo_bench.io import read_complete_jsonl
 
 # JSON escapes that ate a LaTeX backslash: "\f" (form feed) + "rac" was "\frac", "\t" + "riangle" was "\triangle".
 _LOST_BACKSLASH = re.compile(r"\x0c|\x08|[\t\r](?=[a-z])")
@@ -73,21 +74,8 @@ def read_rows(path: Path) -> list[dict]:
             raise DataError(f"{path}: expected a JSON list of objects")
         return rows
     if suffix == ".jsonl":
-        return read_jsonl(path)
+        return read_complete_jsonl(path)
     raise DataError(f"{path}: unsupported file type {suffix!r} (use .jsonl, .json or .parquet)")
-
-
-def read_jsonl(path: Path, errors: str = "strict") -> list[dict]:
-    """One JSON value per non-blank line; a bad line is an error naming the file and the line."""
-    rows = []
-    with open(path, encoding="utf-8", errors=errors) as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise DataError(f"{path}: line {n}: not valid JSON: {e}") from None
-    return rows
 
 
 def read_hub_rows(hub: HubSource, repo: str | None = None) -> list[dict]:

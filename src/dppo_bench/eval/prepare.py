@@ -8,13 +8,13 @@ same directory is refused, so nothing already written (and perhaps already train
 from __future__ import annotations
 
 import json
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 
 from dppo_bench.eval.data import DataError, ProblemSet
 from dppo_bench.eval.prompts import PromptTemplate
 from dppo_bench.eval.spec import DatasetSpec
+from dppo_bench.io import atomic_write, atomic_write_json, atomic_write_text
 
 
 def verl_rows(spec: DatasetSpec, problems: ProblemSet, template: PromptTemplate) -> list[dict]:
@@ -35,12 +35,6 @@ def verl_rows(spec: DatasetSpec, problems: ProblemSet, template: PromptTemplate)
         }
         for i, p in enumerate(problems.problems)
     ]
-
-
-def _atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    write(tmp)
-    os.replace(tmp, path)
 
 
 def prepare(spec: DatasetSpec, problems: ProblemSet, template: PromptTemplate, out_dir: Path) -> dict:
@@ -73,8 +67,8 @@ def prepare(spec: DatasetSpec, problems: ProblemSet, template: PromptTemplate, o
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     table = pa.Table.from_pylist(verl_rows(spec, problems, template))
-    _atomic_write(out_dir / f"{spec.id}.parquet", lambda p: pq.write_table(table, p))
+    atomic_write(out_dir / f"{spec.id}.parquet", lambda f: pq.write_table(table, f))
     lines = "".join(json.dumps(p.row(), ensure_ascii=False) + "\n" for p in problems.problems)
-    _atomic_write(out_dir / f"{spec.id}.problems.jsonl", lambda p: p.write_text(lines, encoding="utf-8"))
-    _atomic_write(manifest_path, lambda p: p.write_text(json.dumps(manifest, indent=2) + "\n"))
+    atomic_write_text(out_dir / f"{spec.id}.problems.jsonl", lines)
+    atomic_write_json(manifest_path, manifest)
     return manifest

@@ -17,7 +17,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import os
 from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,6 +29,7 @@ from dppo_bench.eval.metrics import avg_at_n, bootstrap_ci, ks_for, mean_pass_at
 from dppo_bench.eval.prompts import load_prompt
 from dppo_bench.eval.samples import SamplesError, SamplesFile
 from dppo_bench.eval.spec import BenchmarkSpec
+from dppo_bench.io import atomic_write_bytes, atomic_write_json
 
 CI_LEVEL = 0.95
 CI_RESAMPLES = 10_000
@@ -219,12 +219,6 @@ def write_scores(scores: dict, path: Path) -> None:
     if rows:
         data = gzip.compress("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode(), mtime=0)
         target = verdicts_path(path)
-        _replace_atomically(target, data)
+        atomic_write_bytes(target, data)
         counts["verdicts"] = {"path": target.name, "sha256": hashlib.sha256(data).hexdigest()}
-    _replace_atomically(path, (json.dumps(counts, indent=2) + "\n").encode())
-
-
-def _replace_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    atomic_write_json(path, counts)

@@ -17,8 +17,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from dppo_bench.config import canonical_sha256
-from dppo_bench.eval.data import DataError, Problem, ProblemSet, read_jsonl
+from dppo_bench.eval.data import DataError, Problem, ProblemSet
 from dppo_bench.eval.samples import write_samples
+from dppo_bench.io import read_complete_jsonl
 
 _INT = re.compile(r"\s*[+-]?\d+\s*")
 
@@ -79,7 +80,7 @@ def convert_dump(
     the prompt template the benchmark's prepared prompts were made with (it decides whether the completions start
     inside a reasoning block, as it did for verl's online reward)."""
     path = dump_path(dump, step)
-    rows = read_jsonl(path, errors="replace")  # verl writes whatever the tokenizer decoded
+    rows = read_complete_jsonl(path, errors="replace")  # verl writes whatever the tokenizer decoded
     match = _Matcher(problems)
     completions: dict[str, list[str]] = defaultdict(list)
     prompts: dict[str, str] = {}

@@ -18,7 +18,7 @@ from tqdm import tqdm
 from dppo_bench.config import LocalSpec
 from dppo_bench.local.batching import pad_right, prompt_ids
 from dppo_bench.local.model import build_model, save_model
-from dppo_bench.local.task import Problem, TaskConfig, generate_problems, make_splits, pretraining_text
+from dppo_bench.local.task import Expression, TaskConfig, generate_problems, make_splits, pretraining_text
 from dppo_bench.local.tokenizer import build_tokenizer
 
 
@@ -36,7 +36,7 @@ def lr_at(step: int, total: int, warmup: int, peak: float) -> float:
 
 
 def pretraining_batch(
-    tokenizer, rng: random.Random, problems: list[Problem], corrupt_frac: float
+    tokenizer, rng: random.Random, problems: list[Expression], corrupt_frac: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """ids, attention mask, loss mask (solution and eos tokens only)."""
     seqs, starts = [], []

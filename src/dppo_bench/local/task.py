@@ -11,10 +11,12 @@ the wrong value on, so the base model learns to make (consistent) mistakes at so
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
+
+from dppo_bench.eval.data import Problem
+from dppo_bench.io import atomic_write_lines
 
 OPS = "+-*"
 
@@ -27,7 +29,9 @@ class TaskConfig:
 
 
 @dataclass(frozen=True)
-class Problem:
+class Expression:
+    """One problem of the task as its parts; :meth:`problem` is the suite's problem it becomes."""
+
     id: str
     operands: tuple[int, ...]
     ops: str
@@ -42,6 +46,9 @@ class Problem:
     @property
     def answer(self) -> int:
         return solve(self.operands, self.ops)[1]
+
+    def problem(self) -> Problem:
+        return Problem(self.id, self.text, str(self.answer), {"source": "tiny_arith"})
 
 
 def _apply(a: int, op: str, b: int) -> int:
@@ -63,28 +70,32 @@ def solve(operands: tuple[int, ...], ops: str, corrupt: tuple[int, int] | None =
     return ",".join(steps) + ",\\boxed{" + str(nums[0]) + "}", nums[0]
 
 
-def generate_problems(seed: int, count: int, config: TaskConfig, prefix: str) -> list[Problem]:
+def generate_problems(seed: int, count: int, config: TaskConfig, prefix: str) -> list[Expression]:
     rng = random.Random(seed)
     seen: set[str] = set()
-    problems: list[Problem] = []
+    problems: list[Expression] = []
     while len(problems) < count:
         k = rng.randint(config.min_operands, config.max_operands)
-        p = Problem("", tuple(rng.randint(0, config.max_operand) for _ in range(k)), "".join(rng.choices(OPS, k=k - 1)))
+        p = Expression(
+            "", tuple(rng.randint(0, config.max_operand) for _ in range(k)), "".join(rng.choices(OPS, k=k - 1))
+        )
         if p.text not in seen:
             seen.add(p.text)
-            problems.append(Problem(f"{prefix}-{len(problems):05d}", p.operands, p.ops))
+            problems.append(Expression(f"{prefix}-{len(problems):05d}", p.operands, p.ops))
     return problems
 
 
-def make_splits(seed: int, n_train: int, n_heldout: int, config: TaskConfig) -> tuple[list[Problem], list[Problem]]:
+def make_splits(
+    seed: int, n_train: int, n_heldout: int, config: TaskConfig
+) -> tuple[list[Expression], list[Expression]]:
     """Disjoint train and held-out problems (by problem text), both from ``seed``."""
     everything = generate_problems(seed, n_train + n_heldout, config, "tiny")
-    train = [Problem(f"tiny-train-{i:05d}", p.operands, p.ops) for i, p in enumerate(everything[:n_train])]
-    heldout = [Problem(f"tiny-heldout-{i:05d}", p.operands, p.ops) for i, p in enumerate(everything[n_train:])]
+    train = [Expression(f"tiny-train-{i:05d}", p.operands, p.ops) for i, p in enumerate(everything[:n_train])]
+    heldout = [Expression(f"tiny-heldout-{i:05d}", p.operands, p.ops) for i, p in enumerate(everything[n_train:])]
     return train, heldout
 
 
-def pretraining_text(problem: Problem, rng: random.Random, corrupt_frac: float) -> str:
+def pretraining_text(problem: Expression, rng: random.Random, corrupt_frac: float) -> str:
     """Problem and (maybe corrupted) solution: what the base model is trained to continue."""
     corrupt = None
     if rng.random() < corrupt_frac:
@@ -92,15 +103,6 @@ def pretraining_text(problem: Problem, rng: random.Random, corrupt_frac: float) 
     return problem.text + solve(problem.operands, problem.ops, corrupt)[0]
 
 
-def write_jsonl(problems: list[Problem], path: Path) -> None:
+def write_jsonl(expressions: list[Expression], path: Path) -> None:
     """Rows in the suite's normalized problem format: id, problem, answer, source."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w") as f:
-        for p in problems:
-            f.write(json.dumps({"id": p.id, "problem": p.text, "answer": str(p.answer), "source": "tiny_arith"}) + "\n")
-    tmp.replace(path)
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    atomic_write_lines(path, (e.problem().row() for e in expressions))

@@ -27,11 +27,10 @@ from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 from dppo_bench import canonical
 from dppo_bench.config import MethodRecipe, Setting
 from dppo_bench.eval.grading import grade
-from dppo_bench.io import CorruptFileError, verify_checksums
+from dppo_bench.io import CorruptFileError, read_complete_jsonl, verify_checksums
 from dppo_bench.local.batching import decode_responses, prompt_ids
 from dppo_bench.local.model import load_model, save_model
 from dppo_bench.local.rollout import RolloutBatch, RolloutEngine
-from dppo_bench.local.task import read_jsonl
 from dppo_bench.local.update import Batch, Loss, policy_log_probs, update
 from dppo_bench.methods import get_mask
 from dppo_bench.methods.masked_tokens import MaskedTokenCounts
@@ -79,7 +78,7 @@ class LocalTrainer:
         batch_info = {"loss_scale_factor": s.train.max_response_length} if s.loss_agg_mode.endswith("norm") else {}
         self.loss = Loss(rule, low, high, hp.is_cap, s.loss_agg_mode, batch_info, alpha=rule.alpha(hp.values()))
         self.recompute = r.anchor == "recompute"
-        self.problems = read_jsonl(run.train_problems)
+        self.problems = read_complete_jsonl(run.train_problems)
         torch.set_num_threads(self.local.threads)
 
     # -- state -------------------------------------------------------------------------------

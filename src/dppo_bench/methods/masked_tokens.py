@@ -8,12 +8,13 @@ step keeps counts, never the tokens themselves: at most one entry per distinct i
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections import Counter
 from pathlib import Path
 
 import torch
+
+from dppo_bench.io import atomic_write_text
 
 SIDES = ("pos", "neg")  # A > 0, A < 0
 
@@ -55,10 +56,7 @@ def step_file(root: Path, step: int, dp_rank: int, rank: int) -> Path:
 
 
 def write_counts(path: Path, counts: MaskedTokenCounts) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(counts.as_record()))
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(counts.as_record()))
 
 
 def read_rank_files(root: Path) -> dict[int, dict[str, dict[str, int]]]:

@@ -13,10 +13,10 @@ from pathlib import Path
 import torch
 
 from dppo_bench.config import Setting
+from dppo_bench.io import read_complete_jsonl
 from dppo_bench.local.batching import prompt_ids
 from dppo_bench.local.model import load_model, response_logits
 from dppo_bench.local.rollout import RolloutEngine
-from dppo_bench.local.task import read_jsonl
 from dppo_bench.local.trainer import generator
 
 
@@ -30,7 +30,7 @@ def probe_mismatch(setting: Setting, base_model: Path, train_problems: Path, see
     tokenizer = AutoTokenizer.from_pretrained(base_model)
     vocab = policy.config.vocab_size
     engine = RolloutEngine(policy, local.rollout_precision, local.logit_noise, top_k=vocab)
-    problems = read_jsonl(train_problems)
+    problems = read_complete_jsonl(train_problems)
     g = generator(seed, 0)
     chosen = torch.randperm(len(problems), generator=g)[: train.prompts_per_step].tolist()
     prompts = [prompt_ids(tokenizer, problems[i]["problem"]) for i in chosen for _ in range(train.responses_per_prompt)]

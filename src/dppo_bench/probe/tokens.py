@@ -8,11 +8,12 @@ and ``meta`` (a JSON string: setting, its sha256, what the TV was computed over,
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from dppo_bench.io import atomic_write
 
 
 @dataclass(frozen=True)
@@ -33,10 +34,7 @@ def write_tokens(path: Path, mu, pi, tv, meta: dict) -> None:
     arrays = {name: np.asarray(a, dtype=np.float32).ravel() for name, a in (("mu", mu), ("pi", pi), ("tv", tv))}
     if len({a.size for a in arrays.values()}) != 1:
         raise ValueError(f"mu, pi and tv differ in length: {[a.size for a in arrays.values()]}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez_compressed(tmp, **arrays, meta=np.array(json.dumps(meta, sort_keys=True)))
-    os.replace(tmp, path)
+    atomic_write(path, lambda f: np.savez_compressed(f, **arrays, meta=np.array(json.dumps(meta, sort_keys=True))))
 
 
 def read_tokens(path: Path) -> MismatchTokens:

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from dppo_bench.config import Setting, find_method
+from dppo_bench.io import atomic_write
 from dppo_bench.verl_plugin.run_config import ENV, RunPaths, run_overrides
 
 PROBE_DIR_ENV = "DPPO_BENCH_PROBE_DIR"
@@ -58,10 +59,7 @@ def dump_if_probing(log_prob: torch.Tensor, mu_log_prob: torch.Tensor, tv: torch
         "tv": tv.detach().float()[valid],
     }
     path = Path(dump_dir) / f"tokens-{socket.gethostname()}-{os.getpid()}-{next(_calls)}.npz"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **{k: v.cpu().numpy() for k, v in arrays.items()})
-    os.replace(tmp, path)
+    atomic_write(path, lambda f: np.savez(f, **{k: v.cpu().numpy() for k, v in arrays.items()}))
 
 
 def collect(dump_dir: Path) -> dict[str, np.ndarray]:

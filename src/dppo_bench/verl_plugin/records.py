@@ -16,13 +16,13 @@ Applying an attempt twice gives the same file, so a launcher killed half-way thr
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from dppo_bench import canonical
+from dppo_bench.io import read_jsonl
 from dppo_bench.rundir import RunDir
 
 _VALIDATION = re.compile(canonical.VERL_VALIDATION_KEY)
@@ -36,21 +36,11 @@ def read_file_log(path: Path) -> list[tuple[int, dict]]:
     """(step, data) of every complete line; a last line cut short by a kill is ignored."""
     if not path.is_file():
         return []
-    lines = path.read_bytes().split(b"\n")
-    rows = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            if n == len(lines):  # no newline after it: the write was interrupted
-                break
-            raise RecordError(f"{path}: line {n} is not valid JSON and is not the last line") from None
+    rows, _ = read_jsonl(path)
+    for n, obj in rows:
         if not isinstance(obj, dict) or not isinstance(obj.get("step"), int) or not isinstance(obj.get("data"), dict):
             raise RecordError(f"{path}: line {n}: expected {{'step': int, 'data': {{...}}}} (verl's FileLogger row)")
-        rows.append((obj["step"], obj["data"]))
-    return rows
+    return [(obj["step"], obj["data"]) for _, obj in rows]
 
 
 class MetricMap:
