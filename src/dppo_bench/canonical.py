@@ -5,6 +5,8 @@ Both backends write these names, so aggregation never knows which backend ran.
 
 from __future__ import annotations
 
+import re
+
 # the surrogate's per-step statistics (dppo_bench.methods.STAT_NAMES) -> canonical names
 SURROGATE_STATS = {
     # Two denominators for the masked ("clipped") fraction; experiments name which one they plot:
@@ -48,6 +50,9 @@ def eval_metric(benchmark: str, n: int) -> str:
     return f"eval/{benchmark}/avg@{n}"
 
 
+EVAL_METRIC = re.compile(r"eval/(?P<benchmark>[a-z0-9_]+)/avg@(?P<n>[1-9][0-9]*)")  # what eval_metric writes
+
+
 # --- the verl backend: verl 0.9.1's logged keys (FileLogger rows) -> canonical names -------------------------------
 # Read by dppo_bench.verl_plugin.records; a key that is not here stays only in the raw attempt logs.
 VERL_PATCH_PREFIX = "dppo_bench/"  # keys our verl patch (dppo_bench.verl_plugin.mismatch) logs
@@ -83,3 +88,11 @@ VERL_KEYS = {
 
 # online validation: val-core/<data_source>/acc/mean@<n> -> eval/<benchmark>/avg@<n>
 VERL_VALIDATION_KEY = r"val-core/(?P<data_source>.+)/acc/mean@(?P<n>\d+)"
+
+# Every per-step name either backend writes to metrics.jsonl (besides the eval_metric names): what an experiment's
+# panels and columns may plot, so that a misspelt name is an error instead of an empty curve
+STEP_METRICS = frozenset(
+    {REWARD_MEAN, RESPONSE_LENGTH_MEAN, ENTROPY_MEAN, STEP_SECONDS, ROLLOUT_TOPK_MASS, *MISMATCH_STATS}
+    | set(SURROGATE_STATS.values())
+    | set(VERL_KEYS.values())
+)

@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from snakemake_fixtures import REPO, job_counts, snakemake
+from snakemake_fixtures import job_counts, recipe_root, snakemake
 
 from dppo_bench.aggregate.series import series_stat
 
@@ -50,16 +50,13 @@ def test_tiny_smoke_end_to_end(tmp_path):
 
 def test_a_new_method_recipe_alone_is_planned(tmp_path):
     """Journey 2: one yaml in recipes/methods/ and the pipeline plans its runs; no other file changes."""
-    recipe = REPO / "recipes" / "methods" / "zz_throwaway_test_method.yaml"
-    recipe.write_text(
+    root = recipe_root(tmp_path)
+    (root / "recipes" / "methods" / "zz_throwaway_test_method.yaml").write_text(
         "display_name: Throwaway\npaper: test\nmask: dppo_binary_tv\nanchor: rollout\n"
         "hyperparameters:\n  sanity: {delta: 0.3, is_cap: 2}\n"
     )
-    try:
-        target = "results/runs/tiny_smoke/zz_throwaway_test_method/seed0/eval/tiny_arith/summary.json"
-        proc = snakemake(tmp_path, "-n", target)
-    finally:
-        recipe.unlink()
+    target = "results/runs/tiny_smoke/zz_throwaway_test_method/seed0/eval/tiny_arith/summary.json"
+    proc = snakemake(tmp_path / "work", "-n", target, root=root)
     assert proc.returncode == 0, proc.stderr[-2000:]
     counts = job_counts(proc.stdout)
     assert counts["train_local"] == 1 and counts["evaluate"] == 1
@@ -67,15 +64,12 @@ def test_a_new_method_recipe_alone_is_planned(tmp_path):
 
 
 def test_a_bad_recipe_stops_the_pipeline_at_start_naming_file_and_field(tmp_path):
-    recipe = REPO / "recipes" / "methods" / "zz_bad_test_method.yaml"
-    recipe.write_text(
+    root = recipe_root(tmp_path)
+    (root / "recipes" / "methods" / "zz_bad_test_method.yaml").write_text(
         "display_name: Bad\npaper: t\nmask: dppo_binary_tv\nanchor: rollout\nhyperparameters:\n"
         "  sanity: {delta: -1, is_cap: null}\n"
     )
-    try:
-        proc = snakemake(tmp_path, "-n", "tiny_smoke")
-    finally:
-        recipe.unlink()
+    proc = snakemake(tmp_path / "work", "-n", "tiny_smoke", root=root)
     assert proc.returncode != 0
     assert "zz_bad_test_method.yaml: field 'hyperparameters.sanity.delta'" in proc.stdout + proc.stderr
 
@@ -86,11 +80,30 @@ def test_unlock_needs_no_cores(tmp_path):
 
 
 def test_a_bad_eval_spec_stops_the_pipeline_at_start(tmp_path):
-    spec = REPO / "eval" / "zz_bad_test_benchmark.yaml"
-    spec.write_text((REPO / "eval" / "tiny_arith.yaml").read_text().replace("n: 4", "n: 0"))
-    try:
-        proc = snakemake(tmp_path, "-n", "tiny_smoke")
-    finally:
-        spec.unlink()
+    root = recipe_root(tmp_path)
+    spec = (root / "eval" / "tiny_arith.yaml").read_text().replace("n: 4", "n: 0")
+    (root / "eval" / "zz_bad_test_benchmark.yaml").write_text(spec)
+    proc = snakemake(tmp_path / "work", "-n", "tiny_smoke", root=root)
     assert proc.returncode != 0
     assert "zz_bad_test_benchmark.yaml: field 'n'" in proc.stdout + proc.stderr
+
+
+def test_a_local_setting_naming_a_real_benchmark_stops_at_start(tmp_path):
+    """The tiny model cannot answer MATH-500: planning its evaluation would be a silent wrong result."""
+    root = recipe_root(tmp_path)
+    setting = root / "recipes" / "settings" / "tiny_smoke.yaml"
+    setting.write_text(setting.read_text().replace("eval:\n", "eval:\n  benchmarks: [math500]\n"))
+    proc = snakemake(tmp_path / "work", "-n", "tiny_smoke", root=root)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "tiny_smoke.yaml: field 'eval.benchmarks.0'" in out and "'math500' cannot be run by the local backend" in out
+
+
+def test_a_misspelt_experiment_metric_stops_at_start(tmp_path):
+    root = recipe_root(tmp_path)
+    experiment = root / "experiments" / "tiny_smoke.yaml"
+    experiment.write_text(experiment.read_text().replace("train/reward_mean", "train/reward_maen", 1))
+    proc = snakemake(tmp_path / "work", "-n", "tiny_smoke", root=root)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "tiny_smoke.yaml: field 'panels.0.metrics.0'" in out and "did you mean 'train/reward_mean'" in out

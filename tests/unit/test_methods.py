@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from dppo_bench.config import load_methods
-from dppo_bench.divergence import binary_kl
+from dppo_bench.divergence import binary_kl, binary_tv
 from dppo_bench.methods import STAT_NAMES, Tokens, get_mask, mask_names, surrogate_loss
 
 RECIPES = load_methods()
@@ -59,14 +59,41 @@ def test_closed_form_masks_with_rollout_anchor(name):
     assert masked(name, mu, pi, adv) == EXPECTED[name]
 
 
-def test_the_paper_tokens_by_hand():
-    # mu 0.99 -> pi 0.80: TV 0.19 > 0.15; KL_bin = 0.99 ln(0.99/0.8) + 0.01 ln(0.01/0.2) = 0.181 > 0.05
-    kl = 0.99 * math.log(0.99 / 0.8) + 0.01 * math.log(0.01 / 0.2)
-    assert binary_kl(torch.tensor(0.99).log(), torch.tensor(0.8).log()).item() == pytest.approx(kl, rel=1e-4)
-    assert kl > 0.05 and 0.8 / 0.99 > 1 - 0.2  # DPPO masks it, GRPO's clip lets it through
-    # mu 1e-4 -> pi 1e-2: ratio 100 > 1.28 (GRPO clips) but TV 0.0099 and KL 0.0096 pass DPPO
-    kl_rare = 1e-4 * math.log(1e-4 / 1e-2) + (1 - 1e-4) * math.log((1 - 1e-4) / (1 - 1e-2))
-    assert kl_rare < 0.05
+def test_the_paper_tokens_through_the_real_divergences_masks_and_loss():
+    """Sec. 4.2's two tokens: a high-probability token's drop (mu 0.99 -> pi 0.80, A < 0), which ratio clipping lets
+    through and DPPO stops, and a rare token's rise (mu 1e-4 -> pi 1e-2, A > 0), which ratio clipping stops and
+    DPPO lets through. Each number below comes out of the suite's own code at the recipes' sanity values."""
+    mu, pi, adv = (list(c) for c in zip(HIGH_PROB_DROP, RARE_TOKEN_RISE, strict=True))
+    log_mu, log_pi = torch.tensor([mu]).log(), torch.tensor([pi]).log()
+    # the binary divergences against their closed forms: TV = |pi - mu|, KL = mu ln(mu/pi) + (1-mu) ln((1-mu)/(1-pi))
+    closed_kl = [m * math.log(m / p) + (1 - m) * math.log((1 - m) / (1 - p)) for m, p in zip(mu, pi, strict=True)]
+    assert binary_tv(log_mu, log_pi)[0].tolist() == pytest.approx([0.19, 0.0099], rel=1e-4)
+    assert binary_kl(log_mu, log_pi)[0].tolist() == pytest.approx(closed_kl, rel=1e-4)
+    # the masks: DPPO stops the drop and lets the rise through; GRPO's ratio clip the other way round
+    assert masked("dppo_binary_tv", mu, pi, adv) == [True, False]
+    assert masked("dppo_binary_kl", mu, pi, adv) == [True, False]
+    assert masked("grpo_clip_higher", mu, pi, adv) == [False, True]
+    # and the loss: a masked token gets no gradient, the other one does
+    for name, stopped in (("dppo_binary_tv", 0), ("grpo_clip_higher", 1)):
+        recipe = RECIPES[name]
+        rule = get_mask(recipe.mask)
+        low, high = rule.low_high(recipe.profile("sanity").values())
+        log_prob = log_pi.clone().requires_grad_()
+        loss, stats = surrogate_loss(
+            rule,
+            log_prob=log_prob,
+            mu_log_prob=log_mu,
+            anchor_log_prob=log_mu,
+            advantages=torch.tensor([adv]),
+            response_mask=torch.ones(1, 2, dtype=torch.bool),
+            low=low,
+            high=high,
+            is_cap=None,
+        )
+        loss.backward()
+        grad = log_prob.grad[0].tolist()
+        assert grad[stopped] == 0.0 and grad[1 - stopped] != 0.0, name
+        assert stats["mask_frac"] == 0.5, name
 
 
 # (mu, pi, A) for the efficiency study (Sec. 6, eps 0.2 / 0.28): a rare token's rise and fall, both outside the clip

@@ -21,6 +21,7 @@ import dppo_bench.verl_plugin.entry  # noqa: F401  (registers the modes in this 
 from dppo_bench.config import load_methods
 from dppo_bench.methods import get_mask, mask_names
 from dppo_bench.methods.surrogate import LOG_RATIO_BOUND
+from dppo_bench.verl_plugin.loss_inputs import LossInputs, exposed
 from dppo_bench.verl_plugin.overrides import UNBOUNDED_IS_THRESHOLD, method_overrides
 
 RECIPES = load_methods()
@@ -100,25 +101,41 @@ def test_parity_with_verls_cispo_for_pg_tis(gen):
     torch.testing.assert_close(g1, g2)
 
 
-@pytest.mark.parametrize("name", NON_TOPK)
-def test_mode_mismatch_is_a_clear_error(gen, name):
+# verl's two modes: bypass passes mu as old_log_prob and no IS weights (the rollout anchor); decoupled passes the
+# recomputed pi_old and the weights pi_old / mu, with mu itself beside them through the patched ppo_loss (the
+# recompute anchor)
+MODE_OF_ANCHOR = {"rollout": "bypass", "recompute": "decoupled"}
+REFUSED_MODES = [(n, mode) for n in NON_TOPK for a, mode in MODE_OF_ANCHOR.items() if a not in get_mask(n).anchors]
+
+
+def call_in_mode(gen, name, mode):
     log_mu, log_pi, log_old, adv, mask = batch(gen)
-    fn = core_algos.get_policy_loss_fn(name)
-    rule = get_mask(name)
-    w = (log_old - log_mu).exp()
-    kw = dict(
-        old_log_prob=log_mu,
-        log_prob=log_pi,
-        advantages=adv,
-        response_mask=mask,
-        config=actor_config(0.2, 0.2, 1e4),
-    )
-    if "rollout" not in rule.anchors:
-        with pytest.raises(ValueError, match="decoupled mode"):
-            fn(**kw)
-    if "recompute" not in rule.anchors:
-        with pytest.raises(ValueError, match="bypass mode"):
-            fn(**kw, rollout_is_weights=w)
+    kw = dict(log_prob=log_pi, advantages=adv, response_mask=mask, config=actor_config(0.2, 0.2, 1e4))
+    if mode == "bypass":
+        return core_algos.get_policy_loss_fn(name)(old_log_prob=log_mu, **kw)
+    with exposed(LossInputs(rollout_log_prob=log_mu)):
+        return core_algos.get_policy_loss_fn(name)(
+            old_log_prob=log_old, rollout_is_weights=(log_old - log_mu).exp(), **kw
+        )
+
+
+def test_both_modes_have_rules_that_refuse_them():
+    assert {mode for _, mode in REFUSED_MODES} == {"bypass", "decoupled"}
+
+
+@pytest.mark.parametrize(("name", "mode"), REFUSED_MODES, ids=[f"{n}-{m}" for n, m in REFUSED_MODES])
+def test_mode_mismatch_is_a_clear_error(gen, name, mode):
+    """A rule run in the mode of the anchor it is not defined for refuses, naming the mode it needs."""
+    needed = {"bypass": "decoupled mode", "decoupled": "bypass mode"}[mode]
+    with pytest.raises(ValueError, match=needed):
+        call_in_mode(gen, name, mode)
+
+
+@pytest.mark.parametrize("name", [n for n in NON_TOPK if len(get_mask(n).anchors) == 2])
+def test_a_rule_of_both_anchors_runs_in_both_modes(gen, name):
+    for mode in MODE_OF_ANCHOR.values():
+        loss, _ = call_in_mode(gen, name, mode)
+        assert torch.isfinite(loss), mode
 
 
 @pytest.mark.parametrize("name", ["dppo_topk_tv", "dppo_topk_kl"])

@@ -5,7 +5,7 @@ import os
 from snakemake.utils import validate
 
 from dppo_bench import config as dc
-from dppo_bench.eval.spec import load_benchmarks
+from dppo_bench.config.suite import load_suite
 from dppo_bench.plan import PROBE_RUNTIME_MIN
 
 validate(config, "../schemas/config.schema.yaml")
@@ -15,16 +15,14 @@ validate(config, "../schemas/config.schema.yaml")
 if str(config["wandb"]).lower() == "true":
     os.environ.update(DPPO_BENCH_WANDB="1")  # set for the jobs, not read here (no envvars: directive)
 
-EXPERIMENTS = {p.stem: dc.load_experiment(p) for p in sorted(dc.EXPERIMENTS_DIR.glob("*.yaml"))}
-SETTINGS = {p.stem: dc.load_setting(p) for p in dc.setting_paths()}
-METHODS = dc.load_methods()
-BENCHMARKS = load_benchmarks()  # every eval spec is checked now, not when its first evaluation starts
-for _id in config["experiments"]:
+# Every yaml of the recipe roots (DPPO_BENCH_CONFIG_ROOT, or this checkout), each valid and all consistent: a local
+# setting evaluates only the tiny task, every metric an experiment shows is one its runs write, every run has its
+# hyperparameter profile. A bad file stops the pipeline here, with the file and the field.
+SUITE = load_suite()
+EXPERIMENTS, SETTINGS, METHODS, BENCHMARKS = SUITE.experiments, SUITE.settings, SUITE.methods, SUITE.benchmarks
+for _i, _id in enumerate(config["experiments"]):
     if _id not in EXPERIMENTS:
-        raise ValueError(f"config/config.yaml: field 'experiments': unknown experiment {_id!r}")
-for _experiment in EXPERIMENTS.values():
-    for _setting, _method, _seed in _experiment.run_keys(lambda s: SETTINGS[s].seeds):
-        METHODS[_method].profile(SETTINGS[_setting].hyperparameter_profile)  # every run has its values
+        raise ValueError(f"config/config.yaml: field 'experiments.{_i}': unknown experiment {_id!r}")
 
 
 wildcard_constraints:
@@ -81,19 +79,17 @@ def base_model(w):
 
 
 def eval_data(w):
-    """The problems a local run is evaluated on: for the benchmark the tiny task generates (tiny_arith), the held-out
-    split of the run's own base setting (its task); for any other, the benchmark's own prepared problem set."""
-    local = BENCHMARKS[w.benchmark].sources.local
-    if local is not None and local.path.startswith("results/data/tiny/"):
-        return f"results/data/tiny/{base_of(w)}/{os.path.basename(local.path)}"
-    return prepared(w.benchmark, "problems.jsonl")
+    """The problems a local run is evaluated on: the held-out split of its own base setting's tiny task (the start
+    checks allow a local setting no benchmark but the tiny task's)."""
+    return f"results/data/tiny/{base_of(w)}/{os.path.basename(BENCHMARKS[w.benchmark].sources.local.path)}"
 
 
 def eval_steps(w):
     return ",".join(str(s) for s in SETTINGS[w.setting].eval_steps())
 
 
-# Recipe files are read from the repository, so the pipeline also runs with --directory elsewhere.
+# Recipe files are read from the recipe roots (dppo_bench.config.roots), not the working directory, so the pipeline
+# also runs with --directory elsewhere.
 def setting_file(w):
     return str(dc.SETTINGS_DIR / f"{w.setting}.yaml")
 

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from dppo_bench.config import REPO_ROOT, ConfigError, Experiment, find_experiment
+from dppo_bench.config import REPO_ROOT, TABLE_STATS, ConfigError, Experiment, find_experiment
 
 PAPER_CSV = REPO_ROOT / "results" / "reference" / "paper.csv"
 FIELDS = ["setting", "method", "metric", "stat", "step", "value", "precision", "paper_item", "source"]
-# the statistics of a table column (config.Column), compared with ours; "at_step": a value at one step, drawn only
-TABLE_STATS = {"final", "end", "peak", "min", "mean", "start"}
+# a reading is of a table column's statistic (config.Column.stat), compared with ours, or "at_step": a value at one
+# step, drawn only
 AT_STEP = "at_step"
 
 

@@ -79,14 +79,16 @@ def log_rows_to(run):
 
 
 def train(args: argparse.Namespace) -> int:
-    from dppo_bench.config import find_method, find_setting
+    from dppo_bench.config import SETTINGS_DIR, find_method, load_setting, locate
+    from dppo_bench.config.suite import check_setting
     from dppo_bench.eval.spec import load_benchmark
     from dppo_bench.runlock import run_lock
 
-    setting, recipe = find_setting(args.setting), find_method(args.method)
+    setting_path = locate("setting", args.setting, SETTINGS_DIR)
+    setting, recipe = load_setting(setting_path), find_method(args.method)
     recipe.profile(setting.hyperparameter_profile)  # fail now, not mid-run, on a missing profile
-    for benchmark in setting.eval.benchmarks:
-        load_benchmark(benchmark)  # and on a bad eval spec, not after training
+    # and on a bad eval spec, or one the backend cannot evaluate, not after training
+    check_setting(setting, setting_path, {b: load_benchmark(b) for b in setting.eval.benchmarks})
     if setting.backend == "verl":
         return train_verl(args, setting, recipe)
     if args.base_model is None or args.train_data is None:

@@ -13,9 +13,11 @@ from pathlib import Path
 
 from pydantic import field_validator
 
-from dppo_bench.config import REPO_ROOT, ConfigError, Strict, canonical_sha256, read_yaml, validate
+from dppo_bench.config.identity import canonical_sha256
+from dppo_bench.config.loader import load_model, locate
+from dppo_bench.config.roots import PROMPTS_DIR
+from dppo_bench.config.yaml_io import Strict
 
-PROMPTS_DIR = REPO_ROOT / "eval" / "prompts"
 PLACEHOLDER = "{problem}"
 
 
@@ -44,14 +46,7 @@ class PromptTemplate(Strict):
 
 
 def load_prompt(prompt_id: str, prompts_dir: Path = PROMPTS_DIR) -> PromptTemplate:
-    path = prompts_dir / f"{prompt_id}.yaml"
-    if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in prompts_dir.glob("*.yaml"))) or "none"
-        raise ConfigError(path, "", f"unknown prompt template {prompt_id!r}; known: {known}")
-    data = read_yaml(path)
-    if "id" in data:
-        raise ConfigError(path, "id", "the id is the file name; do not set it")
-    return validate(PromptTemplate, {"id": prompt_id, **data}, path)
+    return load_model(PromptTemplate, locate("prompt template", prompt_id, prompts_dir))
 
 
 def render_chat(tokenizer, messages: list[dict[str, str]]) -> str:

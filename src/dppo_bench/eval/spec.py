@@ -14,13 +14,14 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from dppo_bench.config import EVAL_DIR, REPO_ROOT, ConfigError, Strict, read_yaml, validate
+from dppo_bench.config.loader import entry_paths, load_model, locate
+from dppo_bench.config.roots import DATASETS_DIR, EVAL_DIR, REPO_ROOT
+from dppo_bench.config.yaml_io import ConfigError, Id, Strict, read_yaml
 from dppo_bench.eval.values import AnswerType
 
-DATASETS_DIR = REPO_ROOT / "recipes" / "datasets"
-ID_PATTERN = re.compile(r"^[a-z0-9_]+$")
 SHA256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 NORMALIZED_FIELDS = ("id", "problem", "answer")
+TINY_TASK_DATA = "results/data/tiny/"  # where `dppo-bench tiny data` writes the tiny task's splits
 
 
 class FieldRule(Strict):
@@ -125,7 +126,7 @@ class Sampling(Strict):
 class DatasetSpec(Strict):
     """A problem set and how it becomes verl parquet (``recipes/datasets/<id>.yaml`` holds training sets)."""
 
-    id: str
+    id: Id
     title: str
     notes: str | None = None
     data_source: str  # verl's data_source column (routes the reward; our reward function accepts any)
@@ -135,13 +136,6 @@ class DatasetSpec(Strict):
     prompt: str  # a template in eval/prompts/<prompt>.yaml
     sources: Sources
     path: Path = Field(exclude=True)  # the yaml it was read from (for error messages)
-
-    @field_validator("id")
-    @classmethod
-    def _id(cls, v: str) -> str:
-        if not ID_PATTERN.match(v):
-            raise ValueError(f"id {v!r} must match [a-z0-9_]+")
-        return v
 
     def default_source(self) -> Literal["local", "hub"]:
         if self.sources.default is not None:
@@ -157,21 +151,25 @@ class BenchmarkSpec(DatasetSpec):
     sampling: Sampling
     problems_from: str | None = None  # another benchmark whose problem set (sources, hashes) this one shares
 
+    def from_tiny_task(self) -> bool:
+        """Its problems are a split of the tiny task: the only problems the local backend's tiny model can answer
+        (its character vocabulary and few steps make MATH or AIME meaningless, not merely hard)."""
+        local = self.sources.local
+        return local is not None and local.path.startswith(TINY_TASK_DATA)
+
 
 TRAINING_ONLY_MESSAGE = "a training dataset has no {key} (n, sampling, problems_from belong to a benchmark in eval/)"
 
 
 def _load(model: type[DatasetSpec], path: Path) -> DatasetSpec:
     data = read_yaml(path)
-    if "id" in data:
-        raise ConfigError(path, "id", "the id is the file name; do not set it")
     if model is DatasetSpec:
         for key in ("n", "sampling", "problems_from"):
             if key in data:
                 raise ConfigError(path, key, TRAINING_ONLY_MESSAGE.format(key=key))
     if data.get("problems_from") is not None:
         data = {**data, "sources": _shared_sources(path, data)}
-    return validate(model, {"id": path.stem, "path": path, **data}, path)
+    return load_model(model, path, data, {"path": path})
 
 
 def _shared_sources(path: Path, data: dict) -> dict:
@@ -188,20 +186,12 @@ def _shared_sources(path: Path, data: dict) -> dict:
     return ref.sources.model_dump()
 
 
-def _find(directory: Path, spec_id: str, what: str) -> Path:
-    path = directory / f"{spec_id}.yaml"
-    if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in directory.glob("*.yaml"))) or "none"
-        raise ConfigError(path, "", f"unknown {what} {spec_id!r}; known: {known}")
-    return path
-
-
 def load_benchmark(benchmark_id: str, eval_dir: Path = EVAL_DIR) -> BenchmarkSpec:
-    return _load(BenchmarkSpec, _find(eval_dir, benchmark_id, "benchmark"))  # type: ignore[return-value]
+    return _load(BenchmarkSpec, locate("benchmark", benchmark_id, eval_dir))  # type: ignore[return-value]
 
 
 def load_dataset_spec(dataset_id: str, datasets_dir: Path = DATASETS_DIR) -> DatasetSpec:
-    return _load(DatasetSpec, _find(datasets_dir, dataset_id, "training dataset"))
+    return _load(DatasetSpec, locate("training dataset", dataset_id, datasets_dir))
 
 
 def load_any(spec_id: str, eval_dir: Path = EVAL_DIR, datasets_dir: Path = DATASETS_DIR) -> DatasetSpec:
@@ -218,4 +208,4 @@ def load_any(spec_id: str, eval_dir: Path = EVAL_DIR, datasets_dir: Path = DATAS
 
 
 def load_benchmarks(eval_dir: Path = EVAL_DIR) -> dict[str, BenchmarkSpec]:
-    return {p.stem: load_benchmark(p.stem, eval_dir) for p in sorted(eval_dir.glob("*.yaml"))}
+    return {p.stem: load_benchmark(p.stem, eval_dir) for p in entry_paths(eval_dir)}

@@ -1,0 +1,245 @@
+"""``recipes/settings/<id>.yaml``: one training setting (model x data x budget x engine), with ``extends``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from dppo_bench.config.identity import identity_sha256
+from dppo_bench.config.loader import entry_paths, load_model, locate, refuse_id, require
+from dppo_bench.config.roots import EVAL_DIR, SETTINGS_DIR
+from dppo_bench.config.yaml_io import ConfigError, FieldError, Id, Strict, read_yaml
+
+PositiveInt = Annotated[int, Field(gt=0)]
+PositiveFloat = Annotated[float, Field(gt=0.0)]
+Seed = Annotated[int, Field(ge=0)]  # a run's seed is a path component (seed<k>) the pipeline matches as digits
+
+# Fields that do not change what a run computes, left out of the setting's part of a run's identity: adding a
+# seed, renaming, citing, or a longer time limit must not mark finished runs stale or stop a killed one from
+# resuming. Everything else stays in, the cluster shape (verl.nodes, verl.gpus_per_node) included: it sets the
+# data-parallel split, and so the numerics, and verl's sharded checkpoints resume only at the world size that wrote
+# them. local.threads stays in too: torch's CPU kernels may sum in another order with another thread count.
+SETTING_NOT_IDENTITY = ("display_name", "paper", "seeds", "verl.runtime_min")
+
+
+class TrainSpec(Strict):
+    """The RL schedule, shared by both backends (paper Table 1 / App. C names in comments)."""
+
+    steps: PositiveInt  # policy iterations
+    prompts_per_step: PositiveInt  # train batch size (prompts)
+    responses_per_prompt: PositiveInt  # rollout.n
+    mini_batches: PositiveInt  # optimizer updates per rollout batch
+    lr: PositiveFloat
+    temperature: PositiveFloat = 1.0  # rollout temperature
+    max_prompt_length: PositiveInt
+    max_response_length: PositiveInt
+    save_every: PositiveInt  # checkpoint (and evaluation) interval in steps
+    grad_clip: PositiveFloat = 1.0
+    weight_decay: Annotated[float, Field(ge=0.0)] = 0.0
+    # |pi - mu| at equal parameters (the mismatch curves of Figs. 3, 13-17) needs a trainer pass over the rollout
+    # batch that the rollout anchor otherwise skips: made every this many steps (0: never), in both backends
+    mismatch_every: Annotated[int, Field(ge=0)] = 1
+
+    @model_validator(mode="after")
+    def _check_batches(self) -> TrainSpec:
+        if (self.prompts_per_step * self.responses_per_prompt) % self.mini_batches:
+            raise FieldError("mini_batches", "must divide prompts_per_step * responses_per_prompt")
+        return self
+
+
+class EvalSpec(Strict):
+    benchmarks: list[str] = Field(min_length=1)
+    every: PositiveInt  # evaluate every this many steps (a multiple of train.save_every)
+
+
+class TinyArch(Strict):
+    """LlamaConfig fields of the tiny model."""
+
+    hidden_size: PositiveInt
+    intermediate_size: PositiveInt
+    num_hidden_layers: PositiveInt
+    num_attention_heads: PositiveInt
+    num_key_value_heads: PositiveInt
+    max_position_embeddings: PositiveInt
+
+
+class TinyTask(Strict):
+    seed: int
+    n_train: PositiveInt
+    n_heldout: PositiveInt
+    max_operand: PositiveInt
+    min_operands: Annotated[int, Field(ge=2)]
+    max_operands: Annotated[int, Field(ge=2)]
+
+
+class Pretrain(Strict):
+    seed: int
+    steps: PositiveInt
+    batch_size: PositiveInt
+    lr: PositiveFloat
+    warmup_steps: Annotated[int, Field(ge=0)]
+    corrupt_frac: Annotated[float, Field(ge=0.0, le=1.0)]  # share of solutions with one wrong step
+
+
+class LocalSpec(Strict):
+    """The local backend: tiny model, task, base-model pretraining and the rollout engine."""
+
+    model: TinyArch
+    task: TinyTask
+    pretrain: Pretrain
+    # The rollout engine's numeric path: bf16 = weights and compute in bf16 (an inference engine's kernels);
+    # bf16_weights = weights rounded to bf16, compute in fp32 (5x faster on CPUs without bf16 units);
+    # fp32 = the trainer's own numerics (the no-mismatch control).
+    rollout_precision: Literal["bf16", "bf16_weights", "fp32"]
+    logit_noise: Annotated[float, Field(ge=0.0)]  # std of Gaussian noise on the engine's logits
+    top_k: PositiveInt  # size of mu's kept set recorded for the Top-K methods
+    threads: PositiveInt = 1  # torch threads per run
+
+
+class HubModel(Strict):
+    path: str  # a Hugging Face model id, or a local directory
+    revision: str | None  # a hub commit; null (explicit) = unpinned, recorded as such in run.json
+
+
+class Parallelism(Strict):
+    """Model parallelism of the trainer engine and of the vLLM rollout."""
+
+    tensor: PositiveInt = 1  # Megatron TP
+    pipeline: PositiveInt = 1  # Megatron PP
+    expert: PositiveInt = 1  # Megatron EP (MoE)
+    expert_tensor: PositiveInt = 1  # Megatron ETP
+    context: PositiveInt = 1  # Megatron CP
+    ulysses: PositiveInt = 1  # FSDP sequence parallel (Ulysses)
+    rollout_tensor: PositiveInt = 1  # vLLM TP
+
+
+class LoRA(Strict):
+    rank: PositiveInt
+    alpha: PositiveInt
+    target_modules: list[str] | Literal["all-linear"]
+
+
+class Optimizer(Strict):
+    lr_warmup_steps: Annotated[int, Field(ge=-1)] = -1  # -1: verl's default, no warm-up
+    weight_decay: Annotated[float, Field(ge=0.0)]
+    betas: Annotated[list[float], Field(min_length=2, max_length=2)] = [0.9, 0.999]
+    lr_scheduler: Literal["constant", "cosine"] = "constant"
+
+
+class VerlSpec(Strict):
+    """The verl backend: model, data, engine, parallelism and cluster shape of a setting."""
+
+    model: HubModel
+    train_data: str  # a dataset of recipes/datasets/ (prepared by `dppo-bench data prepare`)
+    engine: Literal["fsdp", "megatron"]
+    parallelism: Parallelism
+    precision: Literal["bf16"]  # rollout and training compute dtype
+    optimizer: Optimizer
+    router_replay: Literal["R3"] | None = None  # rollout router replay (MoE; Megatron only)
+    lora: LoRA | None = None
+    nodes: PositiveInt
+    gpus_per_node: PositiveInt
+    runtime_min: PositiveInt  # wall-clock limit of the training job (SLURM --time)
+    max_token_len_per_gpu: PositiveInt  # dynamic batch size: tokens per micro-batch per GPU
+    rollout_gpu_memory_utilization: Annotated[float, Field(gt=0.0, le=1.0)]
+    offload: bool = False  # Megatron parameter and optimizer offload to CPU
+    chat_template_kwargs: dict[str, bool] = {}  # e.g. Qwen3's enable_thinking
+    topk: PositiveInt = 20  # K of the Top-K modes (paper Sec. 4.3: 20, vLLM's default cap on returned log-probs)
+    # cpu: verl's own trainer and vLLM's CPU build on the host CPU (dppo_bench.verl_plugin.cpu); a laptop or CI
+    # stand-in for a GPU node, never used on a cluster
+    device: Literal["cuda", "cpu"] = "cuda"
+
+
+class Setting(Strict):
+    """``recipes/settings/<id>.yaml``: one training setting (model x data x budget x engine)."""
+
+    id: Id
+    display_name: str
+    paper: str
+    backend: Literal["local", "verl"]
+    hyperparameter_profile: str  # which profile of each method recipe this setting uses
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+    seeds: list[Seed] = Field(min_length=1)
+    train: TrainSpec
+    eval: EvalSpec
+    local: LocalSpec | None = None
+    verl: VerlSpec | None = None
+
+    @model_validator(mode="after")
+    def _check_backend(self) -> Setting:
+        if (self.local is None) == (self.backend == "local"):
+            raise FieldError("local", "a local-backend setting needs a 'local' section, and only it")
+        if (self.verl is None) == (self.backend == "verl"):
+            raise FieldError("verl", "a verl-backend setting needs a 'verl' section, and only it")
+        if self.backend == "verl" and self.train.prompts_per_step % self.train.mini_batches:
+            raise FieldError("train.mini_batches", "must divide prompts_per_step (verl counts mini-batches in prompts)")
+        if len(set(self.seeds)) < len(self.seeds):
+            raise FieldError("seeds", f"a seed is listed twice: {self.seeds}")
+        if self.backend == "local" and self.eval.every % self.train.save_every:
+            raise FieldError("eval.every", "must be a multiple of train.save_every (evaluation reads checkpoints)")
+        return self
+
+    def sha256(self) -> str:
+        """The setting's part of a run's identity (the seed is a part of its own)."""
+        return identity_sha256(self, SETTING_NOT_IDENTITY)
+
+    def eval_steps(self) -> list[int]:
+        """Evaluated steps: 0 (the base model), then every eval.every (verl: its online validation steps)."""
+        return [0, *range(self.eval.every, self.train.steps + 1, self.eval.every)]
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def setting_data(path: Path, _seen: tuple[Path, ...] = ()) -> dict:
+    """A setting's yaml with ``extends: <parent id>`` resolved: the parent's values, overridden key by key."""
+    data = refuse_id(path, read_yaml(path))
+    parent = data.pop("extends", None)
+    if parent is None:
+        return data
+    parent_path = path.parent / f"{parent}.yaml"
+    if not parent_path.is_file() or parent_path in _seen:
+        raise ConfigError(path, "extends", f"no setting {parent!r} to extend" if not parent_path.is_file() else "cycle")
+    return _deep_merge(setting_data(parent_path, (*_seen, path)), data)
+
+
+def load_setting(path: Path, eval_dir: Path = EVAL_DIR) -> Setting:
+    setting = load_model(Setting, path, setting_data(path))
+    for i, benchmark in enumerate(setting.eval.benchmarks):
+        require("benchmark", benchmark, eval_dir, path, f"eval.benchmarks.{i}")
+    return setting
+
+
+def setting_paths(settings_dir: Path = SETTINGS_DIR) -> list[Path]:
+    """Every runnable setting ("_name.yaml" files are bases that settings extend)."""
+    return entry_paths(settings_dir)
+
+
+def find_setting(setting_id: str, settings_dir: Path = SETTINGS_DIR) -> Setting:
+    return load_setting(locate("setting", setting_id, settings_dir))
+
+
+def base_setting_id(setting_id: str, settings_dir: Path = SETTINGS_DIR) -> str:
+    """The setting whose base model and task data a local setting shares: the nearest ancestor (through
+    ``extends``) with the same model, task and pretraining. The base model is then built once."""
+    parent = read_yaml(settings_dir / f"{setting_id}.yaml").get("extends")
+    if parent is None:
+        return setting_id
+    own, theirs = find_setting(setting_id, settings_dir).local, find_setting(parent, settings_dir).local
+    same = (
+        own is not None
+        and theirs is not None
+        and (own.model, own.task, own.pretrain)
+        == (
+            theirs.model,
+            theirs.task,
+            theirs.pretrain,
+        )
+    )
+    return base_setting_id(parent, settings_dir) if same else setting_id

@@ -1,0 +1,84 @@
+"""Every yaml of the suite loaded and checked against the others: what ``snakemake`` and ``dppo-bench`` check at
+start, so that a bad combination stops there, naming the file and the field, instead of yielding a silent
+wrong result later (an empty column, a tiny model scored on AIME).
+
+Separate from the per-file loaders because it reads the eval specs (:mod:`dppo_bench.eval.spec`), which build
+on this package.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dppo_bench.canonical import EVAL_METRIC
+from dppo_bench.config.experiments import Experiment, experiment_paths, load_experiment
+from dppo_bench.config.methods import MethodRecipe, load_methods
+from dppo_bench.config.settings import Setting, load_setting, setting_paths
+from dppo_bench.config.yaml_io import ConfigError
+from dppo_bench.eval.spec import BenchmarkSpec, load_benchmarks
+
+
+@dataclass(frozen=True)
+class Suite:
+    experiments: dict[str, Experiment]
+    settings: dict[str, Setting]
+    methods: dict[str, MethodRecipe]
+    benchmarks: dict[str, BenchmarkSpec]
+
+
+def check_setting(setting: Setting, path: Path, benchmarks: dict[str, BenchmarkSpec]) -> None:
+    """A local-backend setting evaluates only the tiny task: its tiny model cannot answer any other benchmark."""
+    if setting.backend != "local":
+        return
+    for i, benchmark in enumerate(setting.eval.benchmarks):
+        if not benchmarks[benchmark].from_tiny_task():
+            tiny = ", ".join(b for b, spec in benchmarks.items() if spec.from_tiny_task())
+            message = (
+                f"benchmark {benchmark!r} cannot be run by the local backend (its tiny model answers only the tiny "
+                f"task's problems: {tiny}); evaluate it in a verl setting"
+            )
+            raise ConfigError(path, f"eval.benchmarks.{i}", message)
+
+
+def check_eval_metrics(experiment: Experiment, path: Path, benchmarks: dict[str, BenchmarkSpec]) -> None:
+    """A benchmark's score is named with its own n (``eval/aime24/avg@32``): another n is never written."""
+    named = [(f"panels.{i}.metrics.{j}", m) for i, p in enumerate(experiment.panels) for j, m in enumerate(p.metrics)]
+    named += [(f"columns.{i}.metric", c.metric) for i, c in enumerate(experiment.columns)]
+    for field, metric in named:
+        scored = EVAL_METRIC.fullmatch(metric)
+        if scored is None:
+            continue
+        benchmark, n = scored["benchmark"], benchmarks[scored["benchmark"]].n
+        if int(scored["n"]) != n:
+            raise ConfigError(path, field, f"{benchmark!r} is scored with n = {n}: avg@{n}, not avg@{scored['n']}")
+
+
+def check_profiles(
+    experiment: Experiment, path: Path, settings: dict[str, Setting], methods: dict[str, MethodRecipe]
+) -> None:
+    """Every run has its values: each method has the hyperparameter profile its setting names."""
+    for i, group in enumerate(experiment.runs):
+        profile = settings[group.setting].hyperparameter_profile
+        for j, method in enumerate(group.methods):
+            if profile not in methods[method].hyperparameters:
+                have = ", ".join(methods[method].hyperparameters)
+                message = f"method {method!r} has no profile {profile!r} (setting {group.setting!r}'s); it has {have}"
+                raise ConfigError(path, f"runs.{i}.methods.{j}", message)
+
+
+def load_suite() -> Suite:
+    """Every experiment, setting, method recipe and eval spec of the roots, each valid on its own and all
+    consistent (every run of every experiment has its hyperparameter profile too)."""
+    benchmarks = load_benchmarks()
+    settings = {}
+    for path in setting_paths():
+        settings[path.stem] = load_setting(path)
+        check_setting(settings[path.stem], path, benchmarks)
+    methods = load_methods()
+    experiments = {}
+    for path in experiment_paths():
+        experiments[path.stem] = load_experiment(path)
+        check_eval_metrics(experiments[path.stem], path, benchmarks)
+        check_profiles(experiments[path.stem], path, settings, methods)
+    return Suite(experiments, settings, methods, benchmarks)
