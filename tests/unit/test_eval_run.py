@@ -1,4 +1,4 @@
-"""dppo-bench evaluate: a verl run's validation dumps, a local run's generations, scored into eval/<benchmark>/step<N>/."""
+"""dppo-bench evaluate: verl validation dumps and local generations, scored into eval/<benchmark>/step<N>/."""
 
 import json
 import shutil
