@@ -14,7 +14,6 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/eval.smk"
-include: "workflow/rules/verl.smk"
 include: "workflow/rules/probe.smk"
 include: "workflow/rules/aggregate.smk"
 

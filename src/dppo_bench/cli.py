@@ -22,7 +22,6 @@ COMMAND_MODULES = [
     "tiny",
     "train",
     "evaluate",
-    "evaluate_verl",
     "aggregate",
     "experiments",
     "plan",

@@ -15,7 +15,7 @@ def test_dry_run_of_the_miniature_lists_every_job(tmp_path):
     assert counts == {
         "tiny_data": 1,
         "tiny_pretrain": 1,
-        "train_local": 10,
+        "train": 10,
         "evaluate": 10,
         "aggregate_table": 1,
         "aggregate_figure": 1,
@@ -59,7 +59,7 @@ def test_a_new_method_recipe_alone_is_planned(tmp_path):
     proc = snakemake(tmp_path / "work", "-n", target, root=root)
     assert proc.returncode == 0, proc.stderr[-2000:]
     counts = job_counts(proc.stdout)
-    assert counts["train_local"] == 1 and counts["evaluate"] == 1
+    assert counts["train"] == 1 and counts["evaluate"] == 1
     assert "method=zz_throwaway_test_method" in proc.stdout
 
 

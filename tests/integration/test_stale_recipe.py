@@ -42,7 +42,7 @@ def test_an_edited_recipe_never_reports_its_old_run(tmp_path):
     method.write_text(recipe(0.5))
     for attempt in range(2):  # the second is where a removed train.completed used to pass as "Nothing to be done"
         plan = snakemake(tmp_path, "-n", "zz_stale_test", root=root)
-        assert {"train_local", "evaluate", "aggregate_table"} <= set(job_counts(plan.stdout)), attempt
+        assert {"train", "evaluate", "aggregate_table"} <= set(job_counts(plan.stdout)), attempt
         proc = snakemake(tmp_path, "--cores", "2", "zz_stale_test", root=root)
         assert proc.returncode != 0, attempt
         log = (tmp_path / "logs/train/tiny_smoke/zz_stale_test_method/seed0.log").read_text()

@@ -1,7 +1,7 @@
 """The cluster path, executed: verl 0.9.1's own trainer (v1 sync trainer, FSDP2 engine, Ray on one node) with
 vLLM's CPU build as the rollout engine, our losses, reward and mismatch patch, driven by the suite exactly as on
 a cluster: `snakemake` prepares the data with `dppo-bench data prepare`, builds the base model, trains through
-`dppo-bench train` (the verl launcher) and evaluates through verl's validation dumps and `evaluate-verl`.
+`dppo-bench train` (the verl launcher) and evaluates through verl's validation dumps and `dppo-bench evaluate`.
 
 One binary, one Top-K and one recompute-anchored method (recipes/settings/tiny_verl.yaml, 8 steps, a checkpoint
 and a validation every 4), and the mismatch probe of Fig. 2 through verl (experiment verl_cpu_mismatch). The

@@ -23,9 +23,8 @@ def expected_jobs(experiment_id: str) -> dict[str, int]:
     data, bases, tiny_data = set(), set(), set()
     for setting_id, _, _ in e.run_keys(lambda s: find_setting(s).seeds):
         s = find_setting(setting_id)
-        chain = ("train_verl", "evaluate_verl") if s.backend == "verl" else ("train_local", "evaluate")
-        counts[chain[0]] = counts.get(chain[0], 0) + 1
-        counts[chain[1]] = counts.get(chain[1], 0) + len(s.eval.benchmarks)
+        counts["train"] = counts.get("train", 0) + 1
+        counts["evaluate"] = counts.get("evaluate", 0) + len(s.eval.benchmarks)
         if s.backend == "verl":
             data |= {s.verl.train_data, *s.eval.benchmarks}
             if s.verl.model.path.startswith("results/base/"):  # a tiny base model the pipeline pretrains
@@ -68,8 +67,8 @@ def test_fig3_plans_seven_runs_their_evaluations_data_and_aggregation(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert job_counts(proc.stdout) == {
         "prepare_data": 2,  # the sanity training set and AIME24 (boxed template)
-        "train_verl": 7,
-        "evaluate_verl": 7,
+        "train": 7,
+        "evaluate": 7,
         "aggregate_table": 1,
         "aggregate_figure": 1,
         "fig3_sanity": 1,
@@ -112,7 +111,7 @@ def test_the_planned_training_command_runs_a_verl_run_to_completion(tmp_path):
     (DPPO_BENCH_VERL_COMMAND): 3,600 steps recorded once each, the marker written, run.json complete."""
     proc = snakemake(tmp_path, "-n", "-p", "fig3_sanity")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    command = planned_shell(proc.stdout, "train_verl", "dppo_binary_tv")
+    command = planned_shell(proc.stdout, "train", "dppo_binary_tv")
     assert "--val-data results/data/verl/aime24_sanity.parquet" in command
     write_parquet(tmp_path / "results/data/verl/sanity_r1d_1p5b.parquet", "sanity_r1d_1p5b")
     write_parquet(tmp_path / "results/data/verl/aime24_sanity.parquet", "aime24")
@@ -128,3 +127,22 @@ def test_the_planned_training_command_runs_a_verl_run_to_completion(tmp_path):
     info = json.loads((run_dir / "run.json").read_text())
     assert info["status"] == "completed" and info["verl"]["command"] == list(FAKE_COMMAND)
     assert sorted(int(p.stem) for p in (run_dir / "validation").glob("*.jsonl")) == list(range(0, 3601, 100))
+
+
+def test_one_train_and_one_evaluate_rule_take_each_backends_inputs(tmp_path):
+    """The rules choose inputs and options by the setting's backend: a local run trains from the tiny base model and
+    is evaluated on its task's held-out split; a verl run trains on parquet with its online benchmarks and is
+    evaluated on the prepared problems its validation dumps are matched to."""
+    local = snakemake(tmp_path, "-n", "-p", "tiny_smoke")
+    verl = snakemake(tmp_path, "-n", "-p", "verl_cpu")
+    assert local.returncode == 0 and verl.returncode == 0, (local.stderr + verl.stderr)[-3000:]
+    train = planned_shell(local.stdout, "train", "dppo_binary_tv")
+    assert "--train-data results/data/tiny/tiny_smoke/train.jsonl --base-model results/base/tiny_smoke/model" in train
+    evaluate = planned_shell(local.stdout, "evaluate", "dppo_binary_tv")
+    assert "--data results/data/tiny/tiny_smoke/heldout.jsonl --threads 1" in evaluate
+    train = planned_shell(verl.stdout, "train", "dppo_binary_tv")
+    data = "--train-data results/data/verl/tiny_arith_train.parquet --val-data results/data/verl/tiny_arith.parquet"
+    assert data in train
+    assert "--base-model" not in train
+    evaluate = planned_shell(verl.stdout, "evaluate", "dppo_binary_tv")
+    assert "--data results/data/verl/tiny_arith.problems.jsonl" in evaluate

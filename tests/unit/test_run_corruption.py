@@ -142,6 +142,7 @@ def test_scores_made_with_another_eval_spec_are_refused(tmp_path, capsys):
 
     data = tmp_path / "problems.jsonl"
     data.write_text(json.dumps({"id": "a", "problem": "1+1=", "answer": "2"}) + "\n")
+    RunDir(tmp_path / "run").create().write_run({"setting": "s", "method": "m", "seed": 0, "backend": "local"})
     scores = tmp_path / "run" / "eval" / "tiny_arith" / "step0" / "scores.json"
     scores.parent.mkdir(parents=True)
     sampling = {"n": 8, "temperature": 0.6, "top_p": 0.95, "max_tokens": 32, "seed": 0}  # the spec now has n: 4

@@ -78,7 +78,7 @@ SCONTROL = """#!/bin/sh
 case "$1 $2" in
   "show job")
     [ "$3" = 4242 ] || { echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1; }
-    echo "JobId=4242 JobName=train_verl"
+    echo "JobId=4242 JobName=train"
     echo "   JobState=RUNNING Reason=None Dependency=(null)"
     echo "   NodeList=gpu[01-03] BatchHost=gpu01"
     echo "   NumNodes=3 NumCPUs=192 NumTasks=24 CPUs/Task=8 ReqB:S:C:T=0:0:*:*"

@@ -79,8 +79,11 @@ def base_model(w):
 
 
 def eval_data(w):
-    """The problems a local run is evaluated on: the held-out split of its own base setting's tiny task (the start
-    checks allow a local setting no benchmark but the tiny task's)."""
+    """The problems a run is evaluated on: for a verl run, the prepared set its online validation used; for a local
+    run, the held-out split of its own base setting's tiny task (the start checks allow a local setting no benchmark
+    but the tiny task's)."""
+    if backend(w) == "verl":
+        return prepared(w.benchmark, "problems.jsonl")
     return f"results/data/tiny/{base_of(w)}/{os.path.basename(BENCHMARKS[w.benchmark].sources.local.path)}"
 
 
@@ -106,8 +109,40 @@ def experiment_file(w):
     return str(dc.EXPERIMENTS_DIR / f"{w.experiment}.yaml")
 
 
-def run_threads(w):
-    return SETTINGS[w.setting].local.threads
+def backend(w):
+    """Which backend trains the run (its setting's ``backend``): the input, parameter and resource functions of the
+    train and evaluate rules choose by it, so each of them is one rule for both backends."""
+    return SETTINGS[w.setting].backend
+
+
+def train_inputs(w):
+    """What `dppo-bench train` reads besides the recipes. local: the tiny base model and train split; verl: the
+    prepared parquet training set and online benchmarks, and the model when the pipeline builds it."""
+    if backend(w) == "verl":
+        return {"train": verl_train_data(w), "val": verl_val_data(w), "model": verl_model(w)}
+    return {"train": tiny_train_data(w), "base": base_model(w)}
+
+
+def train_backend_options(w, input):
+    """The options of `dppo-bench train` only one backend takes: local, its base model; verl, its online benchmarks."""
+    if backend(w) == "verl":
+        return "--val-data " + " ".join(input.val)
+    return f"--base-model {input.base}"
+
+
+def train_threads(w):
+    return verl_threads(w) if backend(w) == "verl" else SETTINGS[w.setting].local.threads
+
+
+def eval_threads(w):
+    """local: one thread generates (one evaluation per run and benchmark runs beside the others); verl: math-verify
+    workers re-scoring the dumps."""
+    return 4 if backend(w) == "verl" else 1
+
+
+def verl_only(resource):
+    """A resource of verl training jobs (from the setting); a local run's job leaves it unset."""
+    return lambda w: resource(w) if backend(w) == "verl" else None
 
 
 # What a run is (run.json's setting and recipe sha256, which the trainer compares before it resumes) is a
@@ -131,8 +166,7 @@ def experiment_runs_identity(w):
     )
 
 
-# Each run target is built by its setting's backend: local settings by the rules of train.smk and eval.smk, verl
-# settings by those of verl.smk. The rules of each chain accept only their backend's setting ids.
+# The probe of each backend is its own rule (probe.smk); each accepts only its backend's setting ids.
 LOCAL_SETTINGS = "|".join(sorted(s for s, v in SETTINGS.items() if v.backend == "local"))
 VERL_SETTINGS = "|".join(sorted(s for s, v in SETTINGS.items() if v.backend == "verl"))
 

@@ -1,4 +1,5 @@
-# Data and base models of the local (CPU) settings.
+# Data: the tiny task's splits and base models of the local (CPU) settings, and the prepared parquet and problem
+# sets of the verl settings and every benchmark.
 
 
 rule tiny_data:
@@ -29,3 +30,24 @@ rule tiny_pretrain:
         "../../environment.yml"
     shell:
         "dppo-bench tiny pretrain --setting {wildcards.base} --out {output} --threads {threads} --no-progress > {log} 2>&1"
+
+
+rule prepare_data:
+    input:
+        dataset_source,
+    output:
+        parquet="results/data/verl/{dataset}.parquet",
+        problems="results/data/verl/{dataset}.problems.jsonl",
+        manifest="results/data/verl/{dataset}.manifest.json",
+    log:
+        "logs/prepare_data/{dataset}.log",
+    params:
+        out=subpath(output.parquet, parent=True),
+        source=lambda w, input: f"--source {input[0]}" if input else "",  # a generated file, from this directory
+    wildcard_constraints:
+        dataset="[a-z0-9_]+",
+    localrule: True  # reads the Hugging Face hub: on the submit host, where clusters have internet
+    conda:
+        "../../environment.yml"
+    shell:
+        "dppo-bench data prepare {wildcards.dataset} {params.source} --out {params.out} > {log} 2>&1"

@@ -1,4 +1,6 @@
-# Evaluation of every saved step of a run on one benchmark (scores.json per step, summary.json last).
+# Evaluation of every saved step of a run on one benchmark (scores.json per step, summary.json last). The run's
+# backend decides where the samples come from (local: generated from its checkpoints; verl: its online validation
+# dumps); the scoring is the same (dppo_bench.eval.run_eval).
 
 
 rule evaluate:
@@ -14,11 +16,9 @@ rule evaluate:
         steps=eval_steps,
         identity=run_identity,
         spec=benchmark_identity,
-    threads: 1
-    wildcard_constraints:
-        setting=LOCAL_SETTINGS,
+    threads: eval_threads
     conda:
         "../../environment.yml"
     shell:
         "dppo-bench evaluate --run-dir {params.run_dir} --benchmark {wildcards.benchmark} --steps {params.steps}"
-        " --data {input.data} --out {output} > {log} 2>&1"
+        " --data {input.data} --threads {threads} --out {output} > {log} 2>&1"

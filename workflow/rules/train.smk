@@ -1,13 +1,14 @@
-# One training run per (setting, method, seed). The marker is protected and written last: a crashed
-# run leaves its checkpoints, and the rerun resumes from the last one.
+# One training run per (setting, method, seed), by the setting's backend: in-process on the CPU (local) or verl's
+# trainer through Ray (verl); inputs, threads and resources come from the backend (common.smk). The marker is
+# protected and written last: a crashed run leaves its checkpoints (and verl's records), and the rerun resumes from
+# the last one (verl: dppo_bench.verl_plugin.launch).
 
 
-rule train_local:
+rule train:
     input:
+        unpack(train_inputs),
         setting=setting_file,
         method=method_file,
-        base=base_model,
-        train=tiny_train_data,
     output:
         protected("results/runs/{setting}/{method}/seed{seed}/train.completed"),
     log:
@@ -15,11 +16,16 @@ rule train_local:
     params:
         run_dir=run_dir,
         identity=run_identity,
-    threads: run_threads
-    wildcard_constraints:
-        setting=LOCAL_SETTINGS,
+        backend_options=train_backend_options,
+    threads: train_threads
+    resources:
+        nodes=verl_only(verl_nodes),
+        gpu=verl_only(verl_gpus),
+        runtime=verl_only(verl_runtime),
+        mpi=verl_only(verl_mpi),
+        tasks_per_node=verl_only(verl_tasks_per_node),
     conda:
         "../../environment.yml"
     shell:
         "dppo-bench train --setting {wildcards.setting} --method {wildcards.method} --seed {wildcards.seed}"
-        " --out {params.run_dir} --base-model {input.base} --train-data {input.train} --no-progress > {log} 2>&1"
+        " --out {params.run_dir} --train-data {input.train} {params.backend_options} --no-progress > {log} 2>&1"

@@ -8,7 +8,8 @@ trainer on the head node. :class:`RayOnSlurm` does this, waits until every node 
 when the trainer ends. The commands are built by plain functions, tested without SLURM.
 
 The pipeline runs a multi-node training job as an ``mpi`` job of the SLURM executor plugin, so that its command
-runs in the batch step on the first node instead of inside a one-task ``srun`` (see ``workflow/rules/verl.smk``).
+runs in the batch step on the first node instead of inside a one-task ``srun`` (see ``verl_mpi`` in
+``workflow/rules/common.smk``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,67 @@
+"""Evaluation of a run's saved steps on one benchmark: the one loop both backends go through.
+
+For each step it writes ``<run>/eval/<benchmark>/step<N>/samples.jsonl.gz`` (from the run's
+:mod:`~dppo_bench.eval.step_samples` source) and ``scores.json`` (our scorer), and returns the summary that
+``summary.json`` holds. Steps already scored are reused, so a rerun resumes; steps past the run's last one (it
+ended early: failed or diverged) are listed as not reached instead of failing the whole evaluation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dppo_bench.eval.step_samples import StepSamples, samples_source
+
+
+def evaluate_run(
+    run_path: Path,
+    benchmark: str,
+    steps: list[int],
+    data: Path | None = None,
+    *,
+    seed: int = 0,
+    threads: int = 1,
+    batch_size: int = 256,
+) -> dict:
+    """Score ``steps`` of the run at ``run_path`` on ``benchmark`` (problems from ``data``, a normalized file, else
+    the benchmark's own source); ``threads`` are the job's cores (generation's torch threads, the verifier's
+    workers); ``seed`` seeds generation and the bootstrap confidence interval."""
+    from dppo_bench.eval.data import problems_for
+    from dppo_bench.eval.grading import GradingPool
+    from dppo_bench.eval.spec import load_benchmark
+    from dppo_bench.rundir import RunDir
+    from dppo_bench.runlock import run_lock
+
+    spec = load_benchmark(benchmark)
+    problems = problems_for(spec, data)
+    run = RunDir(run_path)
+    info = run.read_run()
+    if not info:
+        raise FileNotFoundError(f"{run.run_json}: no run record (train the run first)")
+    source = samples_source(run, info, spec, problems, seed=seed, threads=threads, batch_size=batch_size)
+    summary = {"benchmark": spec.id, "n": spec.n, "metric": f"avg@{spec.n}", "steps": {}, "not_reached": []}
+    last_step = info.get("last_step")
+    eval_dir = run.path / "eval" / spec.id
+    with run_lock(eval_dir, "evaluate.lock"), GradingPool(threads) as pool:
+        for step in steps:
+            if last_step is not None and step > last_step:
+                summary["not_reached"].append(step)
+                continue
+            avg = score_step(source, step, eval_dir / f"step{step}", spec, problems, pool, seed)
+            summary["steps"][str(step)] = avg
+            print(f"{run.path} step {step}: {spec.id} avg@{spec.n} = {avg:.4f}", flush=True)
+    return summary
+
+
+def score_step(source: StepSamples, step: int, step_dir: Path, spec, problems, pool, seed: int) -> float:
+    """The step's avg@n: from its scores.json when the source says they are current, else its samples scored now."""
+    from dppo_bench.eval.samples import read_samples
+    from dppo_bench.eval.score import score_samples, write_scores
+    from dppo_bench.io import read_json
+
+    scores_path = step_dir / "scores.json"
+    if not source.scored(step, step_dir):
+        samples = step_dir / "samples.jsonl.gz"
+        source.write(step, samples)
+        write_scores(score_samples(spec, problems, read_samples(samples), pool=pool, seed=seed), scores_path)
+    return read_json(scores_path)[f"avg@{spec.n}"]
