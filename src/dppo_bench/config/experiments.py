@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Literal, get_args
 
@@ -110,17 +110,29 @@ class Experiment(Strict):
         return keys
 
 
-def load_experiment(path: Path, settings_dir: Path = SETTINGS_DIR, methods_dir: Path = METHODS_DIR) -> Experiment:
+def load_experiment(path: Path, settings: Mapping[str, Setting] | None = None) -> Experiment:
+    """``path``'s experiment, checked against the recipes it names; ``settings`` are the settings already loaded
+    (:func:`dppo_bench.config.suite.load_suite`), otherwise each one named is read."""
     experiment = load_model(Experiment, path)
     for i, setting in enumerate(experiment.probes):
-        require("setting", setting, settings_dir, path, f"probes.{i}")
+        require("setting", setting, SETTINGS_DIR, path, f"probes.{i}")
     for i, group in enumerate(experiment.runs):
-        require("setting", group.setting, settings_dir, path, f"runs.{i}.setting")
+        require("setting", group.setting, SETTINGS_DIR, path, f"runs.{i}.setting")
         for j, method in enumerate(group.methods):
-            require("method", method, methods_dir, path, f"runs.{i}.methods.{j}")
-    settings = {s: find_setting(s, settings_dir) for s in dict.fromkeys(g.setting for g in experiment.runs)}
-    check_metrics(experiment, path, settings)
+            require("method", method, METHODS_DIR, path, f"runs.{i}.methods.{j}")
+    named = dict.fromkeys(g.setting for g in experiment.runs)
+    check_metrics(experiment, path, {s: settings[s] if settings else find_setting(s) for s in named})
     return experiment
+
+
+def metric_fields(experiment: Experiment) -> list[tuple[str, str, str | None]]:
+    """(field, metric, the setting a panel is limited to) of every metric a panel draws or a column reports."""
+    fields = [
+        (f"panels.{i}.metrics.{j}", metric, panel.setting)
+        for i, panel in enumerate(experiment.panels)
+        for j, metric in enumerate(panel.metrics)
+    ]
+    return fields + [(f"columns.{i}.metric", column.metric, None) for i, column in enumerate(experiment.columns)]
 
 
 def check_metrics(experiment: Experiment, path: Path, settings: dict[str, Setting]) -> None:
@@ -130,11 +142,8 @@ def check_metrics(experiment: Experiment, path: Path, settings: dict[str, Settin
         if panel.setting is not None and panel.setting not in settings:
             message = f"setting {panel.setting!r} has no runs in this experiment; it runs {', '.join(settings)}"
             raise ConfigError(path, f"panels.{i}.setting", message)
-        shown = {panel.setting: settings[panel.setting]} if panel.setting is not None else settings
-        for j, metric in enumerate(panel.metrics):
-            _check_metric(metric, shown, path, f"panels.{i}.metrics.{j}")
-    for i, column in enumerate(experiment.columns):
-        _check_metric(column.metric, settings, path, f"columns.{i}.metric")
+    for field, metric, only in metric_fields(experiment):
+        _check_metric(metric, {only: settings[only]} if only is not None else settings, path, field)
 
 
 def _check_metric(metric: str, settings: dict[str, Setting], path: Path, field: str) -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dppo_bench.canonical import EVAL_METRIC
-from dppo_bench.config.experiments import Experiment, experiment_paths, load_experiment
+from dppo_bench.config.experiments import Experiment, experiment_paths, load_experiment, metric_fields
 from dppo_bench.config.methods import MethodRecipe, load_methods
 from dppo_bench.config.settings import Setting, load_setting, setting_paths
 from dppo_bench.config.yaml_io import ConfigError
@@ -43,9 +43,7 @@ def check_setting(setting: Setting, path: Path, benchmarks: dict[str, BenchmarkS
 
 def check_eval_metrics(experiment: Experiment, path: Path, benchmarks: dict[str, BenchmarkSpec]) -> None:
     """A benchmark's score is named with its own n (``eval/aime24/avg@32``): another n is never written."""
-    named = [(f"panels.{i}.metrics.{j}", m) for i, p in enumerate(experiment.panels) for j, m in enumerate(p.metrics)]
-    named += [(f"columns.{i}.metric", c.metric) for i, c in enumerate(experiment.columns)]
-    for field, metric in named:
+    for field, metric, _ in metric_fields(experiment):
         scored = EVAL_METRIC.fullmatch(metric)
         if scored is None:
             continue
@@ -78,7 +76,7 @@ def load_suite() -> Suite:
     methods = load_methods()
     experiments = {}
     for path in experiment_paths():
-        experiments[path.stem] = load_experiment(path)
+        experiments[path.stem] = load_experiment(path, settings)
         check_eval_metrics(experiments[path.stem], path, benchmarks)
         check_profiles(experiments[path.stem], path, settings, methods)
     return Suite(experiments, settings, methods, benchmarks)

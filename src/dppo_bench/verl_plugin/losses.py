@@ -50,13 +50,13 @@ def _anchors(
             "bypass mode (algorithm.rollout_correction.bypass_mode=True, rollout_is=null); verl passed "
             "rollout IS weights, so old_log_prob is a recomputed pi_old"
         )
-    mu = _checked(rule, current().rollout_log_prob, "rollout log-probs", old_log_prob)
-    if mu is None:
-        raise RuntimeError(
-            f"loss mode {rule.name!r} runs in decoupled mode and needs mu's own log-probs, which reach a policy loss "
-            "only through verl's ppo_loss as patched by dppo-bench (from the batch's rollout_log_probs; verl's "
-            "rollout IS weights are clamped at exp(+-20), so mu is not recovered from them); this call came without"
-        )
+    mu = _required(
+        rule,
+        _checked(rule, current().rollout_log_prob, "rollout log-probs", old_log_prob),
+        "mu's own log-probs in decoupled mode",
+        "from the batch's rollout_log_probs; verl's rollout IS weights are clamped at exp(+-20), so mu is not "
+        "recovered from them",
+    )
     return torch.where(response_mask, mu, old_log_prob), old_log_prob
 
 
@@ -71,20 +71,28 @@ def _checked(rule: MaskRule, value: torch.Tensor | None, what: str, like: torch.
     return value.to(like.device)
 
 
+def _required(rule: MaskRule, value: torch.Tensor | None, what: str, origin: str) -> torch.Tensor:
+    """``value``, which the patched ``ppo_loss`` must have exposed for this call."""
+    if value is None:
+        raise RuntimeError(
+            f"loss mode {rule.name!r} needs {what}: only verl's ppo_loss as patched by dppo-bench hands them to a "
+            f"policy loss ({origin}), and this call came without"
+        )
+    return value
+
+
 def _topk_divergence(rule: MaskRule, log_prob: torch.Tensor) -> torch.Tensor:
     """The per-token top-K divergence the trainer's forward computed for this ``ppo_loss`` call."""
     from dppo_bench.verl_plugin.patches import installation_error
 
     if installation_error() is not None:
         raise RuntimeError(f"loss mode {rule.name!r}: {installation_error()}")
-    topk = _checked(rule, current().topk_divergence, "top-K divergence", log_prob)
-    if topk is None:
-        raise RuntimeError(
-            f"loss mode {rule.name!r} needs the per-token top-K divergence of mu and pi, which reaches a policy "
-            "loss only through verl's ppo_loss as patched by dppo-bench (the engine's forward computes it from "
-            "the rollout's top-K); this call came without one"
-        )
-    return topk
+    return _required(
+        rule,
+        _checked(rule, current().topk_divergence, "top-K divergence", log_prob),
+        "the per-token top-K divergence of mu and pi",
+        "the engine's forward computes it from the rollout's top-K",
+    )
 
 
 def _on_masked(advantages: torch.Tensor):
