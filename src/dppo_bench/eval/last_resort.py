@@ -55,16 +55,18 @@ def _closing_part(text: str) -> str:
     return text[outside_math(text, start) :]
 
 
-def _number(groups: dict[str, str | None]) -> str:
-    """A number as math-verify reads it: "1,234" and "1 234" are 1234, "12,5" is 12.5, "40%" a percent."""
+def _expression(match: re.Match[str]) -> str | None:
+    """A number or plain expression as math-verify reads it ("1,234" is 1234, "12,5" is 12.5, "40%" a percent),
+    or None where math-verify cannot read it ("48**" from "**48**": it goes on to the match before)."""
+    from math_verify.parser import extract_expr
 
-    def group(prefix: str) -> str:  # the regex numbers its alternatives: integer1, integer2, ...
-        return next((v for k, v in groups.items() if k.startswith(prefix) and v), "")
-
-    if expr := groups.get("expr"):
-        return expr.strip()
-    number = group("integer").replace(",", "").replace(" ", "") + group("decimal").replace(",", ".")
-    return number + ("\\%" if groups.get("percent") else "")
+    try:  # sympy's reading of the string, unevaluated: no arithmetic is done here
+        parsed, text = extract_expr(match)
+    except Exception:  # noqa: BLE001  (a number math-verify itself would fail on)
+        return None
+    if parsed is None or not text:
+        return None
+    return text.strip() + ("\\%" if match.groupdict().get("percent") else "")
 
 
 def _latex(groups: dict[str, str | None]) -> str:
@@ -80,14 +82,11 @@ def _latex(groups: dict[str, str | None]) -> str:
 def closing_value(text: str) -> str | None:
     """The value math-verify's last resort reads from the end of ``text``, or None when there is none."""
     tail = _closing_part(text)
-    best: tuple[tuple[int, int], re.Match[str], bool] | None = None
-    for pattern, is_expr in _patterns():
-        for m in pattern.finditer(tail):
-            key = (m.end(), -m.start())  # math-verify's order: the match that ends last, then the longest
-            if best is None or key > best[0]:
-                best = key, m, is_expr
-    if best is None:
-        return None
-    _, match, is_expr = best
-    groups = match.groupdict()
-    return (_number(groups) if is_expr else _latex(groups)) or None
+    matches = [
+        (m.end(), -m.start(), i, m, is_expr) for i, (p, is_expr) in enumerate(_patterns()) for m in p.finditer(tail)
+    ]
+    for *_, match, is_expr in sorted(matches, key=lambda x: x[:3], reverse=True):  # math-verify's order: the
+        value = _expression(match) if is_expr else _latex(match.groupdict())  # match ending last, then the longest
+        if value:
+            return value
+    return None
