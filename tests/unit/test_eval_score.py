@@ -130,12 +130,20 @@ def test_samples_of_another_benchmark_or_problem_set_are_refused(tmp_path):
 
 
 def test_a_truncated_samples_file_is_an_error(tmp_path):
+    """Ours ends in an interrupted append, which the generator resumes; another tool's file was cut short."""
     bench, problems = tiny_benchmark(2)
     samples = rows_file(tmp_path, bench, problems, ALL)
     with open(samples.path, "ab") as f:
         f.write(b"\x1f\x8b\x08\x00partial")
-    with pytest.raises(SamplesError, match="bytes of an interrupted write"):
+    with pytest.raises(SamplesError, match="ends in 11 bytes of an interrupted write .*; rerun the generation"):
         check_samples(bench, problems, read_samples(samples.path), 2)
+    rows = [(p.id, s, "\\boxed{1}") for p in problems.problems for s in range(2)]
+    other = headerless(tmp_path / "other.jsonl.gz", rows)
+    whole = other.read_bytes()
+    other.write_bytes(whole[: len(whole) - 12])  # one gzip stream, as other tools write, cut short
+    with pytest.raises(SamplesError, match=r"other.jsonl.gz: truncated: .*copy the file again") as e:
+        check_samples(bench, problems, read_samples(other), 2)
+    assert "resume" not in str(e.value) and "rerun the generation" not in str(e.value)
 
 
 def test_pathological_answers_and_corrupt_completions_are_graded_wrong(tmp_path):
