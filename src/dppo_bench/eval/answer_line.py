@@ -32,10 +32,14 @@ _EDGE_SPACING = re.compile(r"^(?:\s|\\[,!;: ]|~|\\q?quad\b|\\displaystyle\b)+|(?
 _REMARK = re.compile(r"\s*\(\s*[A-Za-z]{2,}[A-Za-z0-9 ,.'-]*\)[\s.]*$")  # "7 (without quotes)", "12 (square units)"
 _LEAD_IN = re.compile(r"^.*\b(?:is|are|equals)\s+", re.IGNORECASE | re.DOTALL)  # "The smallest value is 9"
 _VERB = re.compile(r"\b(?:is|are|equals|gives|becomes)\b|=", re.IGNORECASE)  # "$f(3)$ is $12$": the value is last
-# "$y$ equals 9", "the number of marbles, $m$, is 14": a verb after the math, then a value in plain text
+# "$y$ equals 9", "the number of marbles, $m$, is 14": right after math that names a quantity (letters, no "="),
+# a verb, then a value in plain text
 _VERB_THEN_VALUE = re.compile(
-    r"(?:\b(?:is|are|equals)\b[ \t]*:?|=)[ \t]*(?=[-+−]?[ \t]*(?:\d|\.\d|\\(?:[dt]?frac|sqrt)(?![A-Za-z])))", re.I
+    r"[ \t]*,?[ \t]*(?:(?:is|are|equals)\b[ \t]*:?|=)[ \t]*"
+    r"(?=[-+−]?[ \t]*(?:\d|\.\d|\\(?:[dt]?frac|sqrt)(?![A-Za-z])))",
+    re.I,
 )
+_COMMAND = re.compile(r"\\[A-Za-z]+")
 _VALUE_LIKE = re.compile(r"[\d\\$]|^\W*\S+(?:\s+\S+)?\W*$")  # under a bare heading: math, a number or 1-2 words
 _WORDS_AFTER_VALUE = re.compile(r"(?<=[\d})\]])(?:\s+[A-Za-z]{2,}\.?)+$")  # "3 cm", "12 square units"
 NAME_EQUALS = re.compile(r"^[A-Za-z](?:_\{?\w+\}?|')?\s*=(?!=)\s*(?=\S)")  # "x = ", "a_1 = ", "f' = "
@@ -167,9 +171,10 @@ def value_of_line(raw: str) -> str:
     if not maths:
         return _clean_text(raw)
     first, last = maths[0], maths[-1]
-    for is_math, part in pieces[first + 1 :]:
-        if not is_math and (m := _VERB_THEN_VALUE.search(part)):  # "$y$ equals 9.": the value, not the variable
-            return _clean_text(_SENTENCE_END.split(part[m.end() :], maxsplit=1)[0])
+    for i in maths:  # "$y$ equals 9.": the value, not the variable
+        named, after = pieces[i][1], pieces[i + 1][1] if i + 1 < len(pieces) else ""
+        if "=" not in named and re.search("[A-Za-z]", _COMMAND.sub("", named)) and (m := _VERB_THEN_VALUE.match(after)):
+            return _clean_text(_SENTENCE_END.split(after[m.end() :], maxsplit=1)[0])
     follows_marker = not any(_clean_markdown(part) for _, part in pieces[:first])
     value_named_later = any(_VERB.search(part) for is_math, part in pieces[first:last] if not is_math)
     return clean_math(pieces[first if follows_marker and not value_named_later else last][1])

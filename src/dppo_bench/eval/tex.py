@@ -16,7 +16,7 @@ _DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
 # What a value cannot end with when it is complete: an operator, a relation, an opening bracket, or a command that
 # still waits for its argument ("\frac", "\sqrt", "\left")
 _OPEN_END = re.compile(
-    r"(?:[-+*/^_=,<>({\[&]|\\(?:cdot|times|div|pm|mp|leq?|geq?|neq|cup|cap|in|to|left|right|[dtc]?frac|binom|sqrt|"
+    r"(?:[-+*/^_=<>({\[&]|\\(?:cdot|times|div|pm|mp|leq?|geq?|neq|cup|cap|in|to|left|right|[dtc]?frac|binom|sqrt|"
     r"text[a-z]*|math[a-z]*|boxed|fbox|overline|operatorname))\s*$"
 )
 _TWO_ARGUMENTS = re.compile(r"\\(?:[dtc]?frac|binom)(?![A-Za-z])")
