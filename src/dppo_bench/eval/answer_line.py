@@ -36,7 +36,7 @@ _VERB = re.compile(r"\b(?:is|are|equals|gives|becomes)\b|=", re.IGNORECASE)  # "
 # a verb, then a value in plain text
 _VERB_THEN_VALUE = re.compile(
     r"[ \t]*,?[ \t]*(?:(?:is|are|equals)\b[ \t]*:?|=)[ \t]*"
-    r"(?=[-+−]?[ \t]*(?:\d|\.\d|\\(?:[dt]?frac|sqrt)(?![A-Za-z])))",
+    r"(?=[-+−]?[ \t]*(?:\d|\.\d|[(\[]|\\(?:[{]|[dt]?frac(?![A-Za-z])|sqrt(?![A-Za-z]))))",
     re.I,
 )
 _COMMAND = re.compile(r"\\[A-Za-z]+")
@@ -89,8 +89,10 @@ def marker_end(text: str, start: int) -> tuple[int, bool] | None:
 
 def final_answer_line(text: str, words: list[int]) -> Found | None:
     """The last Answer marker with a value (rule 3), or its start and None when it was cut off (rule 4), unless
-    it was the cut-off copy of a line the model was repeating: then the last complete copy (rule 4's exception)."""
-    cut: tuple[int, str] | None = None  # (start, what was written) of a cut-off last marker
+    it ends the completion as a copy of a line the model was repeating, cut short: then the last complete copy
+    (rule 4's exception; "Answer: 20" after two "Answer: 204" was cut off too, though it looks complete)."""
+    last = len(text.rstrip())
+    final: tuple[int, str, str | None] | None = None  # (start, as written, value or None) of a marker ending the text
     copies: list[tuple[str, str]] = []  # (line as written, value) of the complete markers before it, last first
     for start in words[:_MAX_MARKERS]:
         marker = marker_end(text, start)
@@ -99,8 +101,8 @@ def final_answer_line(text: str, words: list[int]) -> Found | None:
         after, bare_heading = marker
         span = _value_span(text, start, after)
         if span is None:
-            if cut is None and not copies:
-                cut = start, text[after:]
+            if final is None and not copies:
+                final = start, text[after:], None
                 continue
             break
         begin, end, in_math = span
@@ -109,14 +111,18 @@ def final_answer_line(text: str, words: list[int]) -> Found | None:
         value = clean_math(text[begin:end]) if in_math else value_of_line(text[begin:end])
         if not value:
             continue
-        if cut is None:
-            return start, value
+        if final is None:
+            if end < last:
+                return start, value
+            final = start, text[begin:end], value
+            continue
         copies.append((text[begin:end], value))
         if len(copies) == 2:
             break
-    if cut is None:
+    if final is None:
         return None
-    return cut[0], copies[0][1] if repeated(cut[1], [line for line, _ in copies]) else None
+    start, written, value = final
+    return start, copies[0][1] if repeated(written, [line for line, _ in copies]) else value
 
 
 def _value_span(text: str, start: int, after: int) -> tuple[int, int, bool] | None:
