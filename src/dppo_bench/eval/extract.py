@@ -79,8 +79,8 @@ def extract_answer(completion: str, opens_reasoning: bool = False) -> Extraction
     if not finished(text):
         return _reasoning_box(completion)
     if found is None and not _BOX.search(text) and not any(marker_end(text, w) for w in words):
-        value = closing_value(text)
-        return Extraction(clean_math(value), "last_resort") if value and clean_math(value) else None
+        value = clean_math(closing_value(text) or "")
+        return Extraction(value, "last_resort") if value else None
     return None
 
 
