@@ -8,8 +8,13 @@ is): in one process (``grade_many(workers=1)``) and as ``dppo-bench score`` does
 processes planned from the work and the free cores, pool start-up included). First on the cores as they are, then
 with a busy loop on every core.
 (B) The full AIME-style scoring as configured (Avg@32 over 60 problems, integers compare as integers).
+(C) An AIME-style file in which a model wrote power towers (17 of 960 samples): scored as `score` does, idle and
+with a busy loop on every core (the verdicts must be the same), and the CPU time of one tower pair, here and (with
+``--baseline SRC``, another checkout's ``src``) in the code before towers were recognised, side by side.
+(D) The CPU time math-verify takes for MATH-500's answers (each against itself and against a changed copy): what
+the per-pair budget (``verifier.DEFAULT_TIMEOUT_S``) must leave room for.
 
-    python benchmarks/scoring.py [--rounds 2] [--problems 500]
+    python benchmarks/scoring.py [--rounds 2] [--problems 500] [--baseline ../main/src]
 """
 
 from __future__ import annotations
@@ -195,14 +200,154 @@ def full_aime_scoring() -> tuple[float, int, float]:
         return time.perf_counter() - t0, 60 * 32, scores["avg@32"]
 
 
+TOWERS = [  # what real models wrote when they gave up on a huge count: numbers no computer can write out
+    "9^{9^{9^{9}}}",
+    "9^{9^{9^9}}",
+    "8^{8^{8^{8}}}",
+    "7^{7^{7^{7}}}",
+    "9^{9^{9^{9^{9}}}}",
+    "6^{6^{6^{6}}}",
+]
+TOWER_LINES = ["\\boxed{{{t}}}", "Answer: ${t}$", "The final answer is $\\boxed{{{t}}}$.", "So the count is ${t}$."]
+
+
+def tower_file(tmp: Path) -> tuple[Path, ProblemSet]:
+    """30 AIME-style problems x 32 samples; 17 samples end in a tower, the rest in the formats of (B)."""
+    rng = random.Random(1)
+    problems = [Problem(f"tower-style-{i:02d}", f"Problem {i}", str(rng.randrange(1000))) for i in range(30)]
+    formats = [
+        "Answer: {a}",
+        "**Answer:** ${a}$",
+        "The final answer is $\\boxed{{{a}}}$.",
+        "\\boxed{{\\frac{{{b}}}{{2}}}}",
+    ]
+    slots = set(rng.sample(range(30 * 32), 17))
+    completions = {}
+    for i, p in enumerate(problems):
+        completions[p.id] = []
+        for s in range(32):
+            a = int(p.answer) + rng.choice([0, 0, 1])
+            if 32 * i + s in slots:
+                end = rng.choice(TOWER_LINES).format(t=rng.choice(TOWERS))
+            else:
+                end = rng.choice(formats).format(a=a, b=2 * a)
+            completions[p.id].append(FILLER * rng.randint(2, 8) + end)
+    problem_set = ProblemSet(problems, problems_sha256(problems), "benchmarks/scoring.py", "local", None)
+    path = tmp / "towers.jsonl.gz"
+    write_samples(path, {"benchmark": "aime_style", "data_sha256": problem_set.sha256}, completions)
+    return path, problem_set
+
+
+def score_tower_file() -> None:
+    """The child of scored_in_a_fresh_process: make the tower file, score it as `score` does, print the result."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path, problem_set = tower_file(Path(tmp))
+        benchmark = load_benchmark("aime24").model_copy(update={"id": "aime_style"})
+        c0, t0 = cpu_seconds(), time.perf_counter()
+        scores = score_samples(benchmark, problem_set, read_samples(path))
+        wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+    verdicts = [(p["problem_id"], p["verdicts"]) for p in scores["problems"]]
+    print(json.dumps({"wall": wall, "cpu": cpu, "verdicts": verdicts}))
+
+
+def scored_in_a_fresh_process() -> tuple[float, float, list]:
+    """(wall s, CPU s, verdicts) of scoring the tower file in a new interpreter, cold as a `score` command is."""
+    out = subprocess.run([sys.executable, __file__, "--score-towers"], check=True, capture_output=True, text=True)
+    result = json.loads(out.stdout.splitlines()[-1])
+    return result["wall"], result["cpu"], result["verdicts"]
+
+
+def tower_pairs(path: Path, problem_set: ProblemSet) -> list[tuple[str, str, str]]:
+    answers = problem_set.by_id()
+    return [
+        (r["completion"], answers[r["problem_id"]].answer, "integer")
+        for r in read_samples(path).rows
+        if any(t in r["completion"] for t in TOWERS)
+    ]
+
+
+def tower_pair_cost(items_path: Path, src: str | None) -> dict:
+    """CPU seconds per tower pair in a fresh interpreter, with this checkout's code or the one at ``src``."""
+    env = {**os.environ, "PYTHONPATH": src} if src else None
+    out = subprocess.run(
+        [sys.executable, __file__, "--grade", str(items_path), "single"],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    result = json.loads(out.stdout.splitlines()[-1])
+    return {"cpu_per_pair": result["cpu"] / len(result["verdicts"]), "verdicts": result["verdicts"]}
+
+
+def towers(tmp: Path, baseline: str | None, baseline_pairs: int) -> None:
+    path, problem_set = tower_file(tmp)
+    idle = scored_in_a_fresh_process()
+    loops = busy_loops()
+    try:
+        time.sleep(1.0)
+        busy = scored_in_a_fresh_process()
+    finally:
+        for p in loops:
+            p.kill()
+            p.wait()
+    from dppo_bench.eval.extract import extract_answer
+
+    pairs = tower_pairs(path, problem_set)
+    by_pair = {(extract_answer(c).text, a): (c, a, t) for c, a, t in pairs}  # one completion per verifier pair
+    distinct = list(by_pair.values())
+    items_path = tmp / "tower-items.json"
+    items_path.write_text(json.dumps(distinct))
+    here = tower_pair_cost(items_path, None)
+    print(f"(C) AIME-style file with towers: 960 samples, {len(pairs)} end in a tower ({len(distinct)} distinct pairs)")
+    for name, (wall, cpu, _) in (("idle", idle), ("busy loop on each core", busy)):
+        print(f"    {name:24} {wall:6.2f} s wall, {cpu:6.2f} CPU s (scored as `score` does)")
+    print(f"    verdicts idle and busy identical: {idle[2] == busy[2]}")
+    print(f"    one tower pair, this code: {here['cpu_per_pair'] * 1000:.2f} ms CPU ({len(distinct)} pairs, 1 process)")
+    if baseline:
+        items_path.write_text(json.dumps(distinct[:baseline_pairs]))
+        before = tower_pair_cost(items_path, baseline)
+        ratio = before["cpu_per_pair"] / max(here["cpu_per_pair"], 1e-9)
+        per_pair = before["cpu_per_pair"]
+        print(f"    one tower pair, {baseline}: {per_pair:.2f} s CPU ({baseline_pairs} pairs); ratio {ratio:.0f}x")
+        same = [v[0] for v in before["verdicts"]] == [v[0] for v in here["verdicts"][:baseline_pairs]]
+        print(f"    graded wrong both times (a timeout before, compared as written now): {same}")
+
+
+def math500_costs(data: Path) -> None:
+    """The CPU time of math-verify on MATH-500's answers, against themselves and against a changed copy."""
+    answers = [json.loads(line)["answer"] for line in data.read_text().splitlines() if line.strip()]
+    verifier.check("1", "1", 5.0)
+    costs = []
+    for gold in answers:
+        for prediction in (gold, wrong(random.Random(gold), gold)):  # the first of the two pays for the gold's parse
+            t0 = time.process_time()
+            verifier.check(prediction, gold, 30.0)
+            costs.append(time.process_time() - t0)
+    costs.sort()
+    print(f"(D) math-verify on MATH-500's answers ({len(costs)} pairs):")
+    print(
+        f"    median {costs[len(costs) // 2] * 1000:.1f} ms, 99th percentile {costs[int(len(costs) * 0.99)] * 1000:.1f}"
+        f" ms, costliest {costs[-1] * 1000:.1f} ms CPU; budget per pair {verifier.DEFAULT_TIMEOUT_S * 1000:.0f} ms"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds on fresh sets; best reported")
     parser.add_argument("--problems", type=int, default=500)
+    parser.add_argument("--baseline", help="another checkout's src: the CPU time of a tower pair before this change")
+    parser.add_argument("--baseline-pairs", type=int, default=2, help="tower pairs graded by --baseline (25 s each)")
+    parser.add_argument(
+        "--math500", type=Path, default=Path(__file__).parents[1] / "../shared/data/math500/math500.jsonl"
+    )
     parser.add_argument("--grade", nargs=2, metavar=("ITEMS", "SIDE"), help=argparse.SUPPRESS)  # a child's job
+    parser.add_argument("--score-towers", action="store_true", help=argparse.SUPPRESS)  # a child's job
     args = parser.parse_args()
     if args.grade:
         return grade_side(Path(args.grade[0]), args.grade[1])
+    if args.score_towers:
+        return score_tower_file()
 
     free_before, load_before = free_cores(), os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
@@ -234,7 +379,10 @@ def main() -> None:
         print(f"      ratio           {single_s / pool_s:6.2f}x")
     print("(B) full AIME-style scoring as configured (answer_type integer): read + grade + metrics")
     print(f"    {full_s:.2f} s for {full_n} samples ({full_n / full_s:.0f}/s); avg@32 = {avg:.4f}")
-    print(f"    1-minute load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after ({cpus} CPUs)")
+    with tempfile.TemporaryDirectory() as tmp:
+        towers(Path(tmp), args.baseline, args.baseline_pairs)
+    math500_costs(args.math500)
+    print(f"1-minute load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after ({cpus} CPUs)")
 
 
 if __name__ == "__main__":

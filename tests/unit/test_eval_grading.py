@@ -11,14 +11,29 @@ from pathlib import Path
 
 import pytest
 
-from dppo_bench.eval.grading import GradingPool, Verdict, answer_kind, grade, grade_many, plan_workers
+from dppo_bench.eval import verifier
+from dppo_bench.eval.grading import (
+    GradingPool,
+    Verdict,
+    answer_kind,
+    forget_verdicts,
+    grade,
+    grade_many,
+    plan_workers,
+)
 
 CASES = json.loads((Path(__file__).parents[1] / "cases" / "grading.json").read_text())["cases"]
-TOWER = "The answer is \\boxed{9^{9^{9^9}}}."
+TOWER = "The answer is \\boxed{9^{9^{9^9}}}."  # sympy would build it in one C call no signal stops
 PARENS = "\\boxed{" + "(" * 3000 + "1" + ")" * 3000 + "}"
 HUGE_BOX = "\\boxed{" + "+".join(["x^{2}"] * 40_000) + "}"  # 240 kB inside one box
 LONG_TEXT = "We reason at length. " * 10_000 + "\\boxed{7}"  # 210 kB of text, then a plain answer
-PATHOLOGICAL = [(TOWER, "7"), (PARENS, "7"), (HUGE_BOX, "7")]
+PATHOLOGICAL = [(PARENS, "7"), (HUGE_BOX, "7")]  # math-verify runs out of its budget on these
+
+
+@pytest.fixture(autouse=True)
+def fresh_verdicts():
+    """Each test sees math-verify run: no verdict kept from another test."""
+    forget_verdicts()
 
 
 def worker_pids(besides: frozenset = frozenset()) -> set[int]:
@@ -58,15 +73,41 @@ def test_answer_kind():
 
 def test_pathological_in_process_main_thread():
     t0 = time.process_time()
-    assert grade(TOWER, "7", timeout_s=0.5) == Verdict(False, True, "9^{9^{9^9}}")
     assert grade(PARENS, "7", timeout_s=0.5).timeout
-    assert time.process_time() - t0 < 10  # CPU seconds: 0.5, then the retry's 2, per parse or comparison
+    assert grade(HUGE_BOX, "7", timeout_s=0.5).timeout
+    assert time.process_time() - t0 < 10  # CPU seconds: 0.5, then the retry's 2, per pair
+
+
+@pytest.mark.parametrize(
+    "prediction, answer, correct",
+    [
+        ("9^{9^{9^9}}", "7", False),
+        ("9^{9^{9^{9}}}", "9^{9^{9^9}}", True),  # the same number, written with other braces
+        ("9^{9^{9^9}}", "9^{9^{9^8}}", False),
+        ("x^{9^{9^9}}", "7", False),  # a symbol does not hide an exponent too large to compute
+        ("(10^{6})!", "7", False),
+        ("\\frac{1}{2^{10^{6}}}", "0", False),
+        ("9^{9^{9^9}} - 9^{9^{9^9}}", "0", False),  # compared as written, not computed
+        ("7", "9^{9^{9^9}}", False),  # a gold too large to compute is not given to math-verify either
+    ],
+)
+def test_numbers_too_large_to_compute_are_compared_as_written(prediction, answer, correct):
+    t0 = time.process_time()
+    assert grade(f"\\boxed{{{prediction}}}", answer, timeout_s=30) == Verdict(correct, False, prediction)
+    assert time.process_time() - t0 < 1  # math-verify would spend its whole budget, or hang in one C call
+
+
+@pytest.mark.parametrize("prediction", ["2^{2023}", "x^{10^{7}}", "\\binom{10^{5}}{5}", "100!", "10^{100} + 1"])
+def test_large_numbers_that_can_be_computed_go_to_math_verify(prediction):
+    assert grade(f"\\boxed{{{prediction}}}", prediction, timeout_s=5) == Verdict(True, False, prediction)
+    assert not grade(f"\\boxed{{{prediction}}}", "7", timeout_s=5).correct
 
 
 def test_pathological_in_the_pool(pool):
     t0 = time.perf_counter()
-    verdicts = pool.grade_many([(c, a, "auto") for c, a in PATHOLOGICAL] + [(LONG_TEXT, "7", "auto")])
-    assert [(v.correct, v.timeout) for v in verdicts] == [(False, True)] * 3 + [(True, False)]
+    items = [(TOWER, "7", "auto")] + [(c, a, "auto") for c, a in PATHOLOGICAL] + [(LONG_TEXT, "7", "auto")]
+    verdicts = pool.grade_many(items)
+    assert [(v.correct, v.timeout) for v in verdicts] == [(False, False)] + [(False, True)] * 2 + [(True, False)]
     assert verdicts[0].extracted == "9^{9^{9^9}}"
     assert time.perf_counter() - t0 < 90  # first pass in parallel, retries one at a time: never a hang
 
@@ -75,7 +116,7 @@ def test_pathological_from_threads(pool):
     """Threads cannot take the CPU-time signal: grade() routes them through the shared pool; the pool itself is
     thread-safe."""
     items = [
-        (TOWER, "7", "auto"),
+        (PARENS, "7", "auto"),
         (LONG_TEXT, "7", "auto"),
         ("\\boxed{\\frac{14}{2}}", "7", "auto"),
     ]
@@ -95,13 +136,13 @@ def test_a_stuck_worker_is_killed_at_the_wall_clock_limit_and_replaced():
     others = frozenset(worker_pids())
     with GradingPool(1, timeout_s=30, hard_timeout_s=1.0) as one:
         result = {}
-        thread = threading.Thread(target=lambda: result.update(v=one.grade(TOWER, "7")))
+        thread = threading.Thread(target=lambda: result.update(v=one.grade(PARENS, "7")))
         thread.start()
         time.sleep(0.5)  # the worker is inside the pair
         (stuck,) = worker_pids(others)
         os.kill(stuck, signal.SIGSTOP)
         thread.join(timeout=60)
-        assert result["v"] == Verdict(False, True, "9^{9^{9^9}}")
+        assert result["v"].timeout and not result["v"].correct
         assert stuck not in worker_pids()
         assert one.grade("\\boxed{\\frac{14}{2}}", "7") == Verdict(True, False, "\\frac{14}{2}")
 
@@ -111,21 +152,38 @@ def test_a_crashed_worker_is_retried_on_a_fresh_one():
     others = frozenset(worker_pids())
     with GradingPool(1, timeout_s=0.5) as one:
         result = {}
-        items = [(TOWER, "7", "auto"), ("\\boxed{\\frac{14}{2}}", "7", "auto")]
+        items = [(PARENS, "7", "auto"), ("\\boxed{\\frac{14}{2}}", "7", "auto")]
         thread = threading.Thread(target=lambda: result.update(v=one.grade_many(items)))
         thread.start()
         time.sleep(0.2)  # the worker is inside the first pair (0.5 s of CPU before it times out)
         (worker,) = worker_pids(others)
         os.kill(worker, signal.SIGKILL)
         thread.join(timeout=60)
-    assert result["v"] == [Verdict(False, True, "9^{9^{9^9}}"), Verdict(True, False, "\\frac{14}{2}")]
+    assert [(v.correct, v.timeout) for v in result["v"]] == [(False, True), (True, False)]
 
 
 def test_identical_pairs_are_verified_once():
     t0 = time.process_time()
-    verdicts = grade_many([(TOWER, "7", "auto")] * 5, workers=1, timeout_s=0.3)
-    assert verdicts == [Verdict(False, True, "9^{9^{9^9}}")] * 5
+    verdicts = grade_many([(PARENS, "7", "auto")] * 5, workers=1, timeout_s=0.3)
+    assert [(v.correct, v.timeout) for v in verdicts] == [(False, True)] * 5
     assert time.process_time() - t0 < 4  # once: 0.3 s, then the retry's 1.2 s (five times would be 7.5 s)
+
+
+def test_verdicts_are_kept_across_calls(monkeypatch):
+    """Later samples and steps with a pair already verified do not verify it again, in a pool or here; a pair
+    under another budget is verified anew."""
+    items = [(PARENS, "7", "auto"), ("\\boxed{\\frac{14}{2}}", "7", "auto")]
+    with GradingPool(1, timeout_s=0.3) as one:
+        first = one.grade_many(items)
+    assert one.grade_many(items * 2) == first * 2  # the pool is closed: nothing was left to verify
+
+    def not_again(*_):
+        raise AssertionError("verified again")
+
+    monkeypatch.setattr(verifier, "check", not_again)
+    assert grade_many(items, workers=1, timeout_s=0.3) == first
+    with pytest.raises(AssertionError, match="verified again"):
+        grade_many(items, workers=1, timeout_s=0.4)
 
 
 def test_the_cpu_time_limit_refires_when_a_raise_is_swallowed():

@@ -35,7 +35,11 @@ def test_plain_jsonl_is_read_but_not_written(tmp_path):
     s = read_samples(plain)
     assert [r["completion"] for r in s.rows] == ["a"] and s.truncated_bytes == 0
     plain.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"problem_id": "p1", "sam')  # cut-off line
-    with pytest.raises(SamplesError, match=r"s.jsonl: line 3: not valid JSON"):
+    cut = r"s.jsonl: line 3, the last, is not valid JSON and has no newline at its end: the file looks cut off"
+    with pytest.raises(SamplesError, match=cut):
+        read_samples(plain)
+    plain.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"problem_id": "p1", "sam\n')  # ended: damage
+    with pytest.raises(SamplesError, match=r"s.jsonl: line 3: not valid JSON: "):
         read_samples(plain)
     with pytest.raises(SamplesError, match="written as .jsonl.gz"):
         SamplesWriter(tmp_path / "new.jsonl", HEADER)
@@ -136,6 +140,23 @@ def test_not_a_samples_file(tmp_path):
     with pytest.raises(SamplesError, match="no samples"):
         read_samples(path)
     garbage = tmp_path / "g.jsonl.gz"
-    garbage.write_bytes(b"this is not gzip at all")
+    garbage.write_bytes(b"\x1f\x8b this starts like gzip and is not")
     with pytest.raises(SamplesError, match="corrupt gzip data"):
         read_samples(garbage)
+
+
+def test_a_name_that_says_gzip_or_not_is_checked_against_the_bytes(tmp_path):
+    """Another tool's file, compressed and named .jsonl, or plain and named .jsonl.gz, is named for what it is."""
+    row = json.dumps({"problem_id": "p1", "sample": 0, "completion": "a"}).encode() + b"\n"
+    compressed = tmp_path / "other.jsonl"
+    compressed.write_bytes(gzip.compress(row))
+    with pytest.raises(
+        SamplesError,
+        match=r"other.jsonl: gzip-compressed \(it starts with gzip's magic bytes 1f 8b\), "
+        r"but its name does not end in .gz: rename it to other.jsonl.gz",
+    ):
+        read_samples(compressed)
+    plain = tmp_path / "plain.jsonl.gz"
+    plain.write_bytes(row)
+    with pytest.raises(SamplesError, match=r"plain.jsonl.gz: not gzip data .* rename it to plain.jsonl$"):
+        read_samples(plain)

@@ -130,17 +130,26 @@ def test_samples_of_another_benchmark_or_problem_set_are_refused(tmp_path):
 
 
 def test_a_truncated_samples_file_is_an_error(tmp_path):
+    """Ours ends in an interrupted append, which the generator resumes; another tool's file was cut short."""
     bench, problems = tiny_benchmark(2)
     samples = rows_file(tmp_path, bench, problems, ALL)
     with open(samples.path, "ab") as f:
         f.write(b"\x1f\x8b\x08\x00partial")
-    with pytest.raises(SamplesError, match="bytes of an interrupted write"):
+    with pytest.raises(SamplesError, match="ends in 11 bytes of an interrupted write .*; rerun the generation"):
         check_samples(bench, problems, read_samples(samples.path), 2)
+    rows = [(p.id, s, "\\boxed{1}") for p in problems.problems for s in range(2)]
+    other = headerless(tmp_path / "other.jsonl.gz", rows)
+    whole = other.read_bytes()
+    other.write_bytes(whole[: len(whole) - 12])  # one gzip stream, as other tools write, cut short
+    with pytest.raises(SamplesError, match=r"other.jsonl.gz: truncated: .*copy the file again") as e:
+        check_samples(bench, problems, read_samples(other), 2)
+    assert "resume" not in str(e.value) and "rerun the generation" not in str(e.value)
 
 
-def test_pathological_answers_time_out_and_corrupt_completions_are_graded_wrong(tmp_path):
-    """Towers and deep nesting score wrong with a timeout; a completion that is merely long is graded on its final
-    answer like any other; one whose bytes are not UTF-8 is graded wrong (its text cannot be trusted)."""
+def test_pathological_answers_and_corrupt_completions_are_graded_wrong(tmp_path):
+    """A tower too large to compute is compared as written (wrong, no timeout); deep nesting scores wrong with a
+    timeout; a completion that is merely long is graded on its final answer like any other; one whose bytes are
+    not UTF-8 is graded wrong (its text cannot be trusted)."""
     bench, problems = tiny_benchmark(2)
     path = tmp_path / "s.jsonl.gz"
     write_samples(path, header(bench, problems), {})
@@ -158,8 +167,9 @@ def test_pathological_answers_time_out_and_corrupt_completions_are_graded_wrong(
         f.write(gzip.compress(raw))
     samples = read_samples(path)
     scores = score_samples(bench, problems, samples, workers=2, timeout_s=0.5)
-    assert [(p["c"], p["timeouts"], p["invalid_utf8"]) for p in scores["problems"]] == [(0, 2, 0), (2, 0, 0), (1, 0, 1)]
-    assert scores["timeouts"] == 2 and scores["invalid_utf8"] == 1 and scores["samples"]["invalid_utf8_lines"] == 1
+    assert [(p["c"], p["timeouts"], p["invalid_utf8"]) for p in scores["problems"]] == [(0, 1, 0), (2, 0, 0), (1, 0, 1)]
+    assert [v["timeout"] for v in scores["problems"][0]["verdicts"]] == [False, True]
+    assert scores["timeouts"] == 1 and scores["invalid_utf8"] == 1 and scores["samples"]["invalid_utf8_lines"] == 1
     q2 = scores["problems"][2]["verdicts"]
     assert [(v["sample"], v["correct"], v["invalid_utf8"]) for v in q2] == [(0, False, True), (1, True, False)]
     assert scores["no_answer"] == 0  # the corrupt sample is counted as corrupt, not as a missing answer
@@ -263,11 +273,12 @@ def test_the_same_samples_give_the_same_verdicts_on_a_busy_machine(tmp_path):
     """Scored idle, then with a busy loop on every core, in worker processes and in this one: the verdict files
     are byte for byte the same (CPU-time limits; a timed-out pair is retried alone with a larger budget)."""
     problems = [Problem(f"e{k}", "expand", gold) for k, (_, gold) in enumerate(EXPENSIVE)]
-    problems.append(Problem("tower", "t", "7"))
+    problems += [Problem("tower", "t", "7"), Problem("deep", "d", "7")]
     problem_set = ProblemSet(problems, problems_sha256(problems), "test", "local", None)
     bench = load_benchmark("math500").model_copy(update={"id": "load", "n": 2})
     rows = {p.id: [c, "\\boxed{x^8}"] for p, (c, _) in zip(problems, EXPENSIVE, strict=False)}
-    rows["tower"] = ["\\boxed{9^{9^{9^9}}}", "\\boxed{7}"]
+    rows["tower"] = ["\\boxed{9^{9^{9^9}}}", "\\boxed{7}"]  # too large to compute: compared as written
+    rows["deep"] = ["\\boxed{" + "(" * 3000 + "1" + ")" * 3000 + "}", "\\boxed{7}"]  # math-verify runs out
     path = tmp_path / "s.jsonl.gz"
     write_samples(path, {"benchmark": "load", "data_sha256": problem_set.sha256}, rows)
 
@@ -287,6 +298,8 @@ def test_the_same_samples_give_the_same_verdicts_on_a_busy_machine(tmp_path):
     assert busy == idle and busy_here == idle
     rows_idle = [json.loads(line) for line in gzip.decompress(idle).decode().splitlines()]
     assert [(r["correct"], r["timeout"]) for r in rows_idle] == [(True, False), (False, False)] * 3 + [
+        (False, False),
+        (True, False),
         (False, True),
         (True, False),
     ]

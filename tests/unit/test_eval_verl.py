@@ -31,13 +31,15 @@ def test_compute_score_from_threads_loaded_by_path_like_verl():
     spec.loader.exec_module(module)
     calls = [
         ("\\boxed{\\frac{408}{2}}", "204", {}),
-        ("\\boxed{9^{9^{9^9}}}", "204", {"timeout_s": 1}),
+        ("\\boxed{" + "(" * 3000 + "1" + ")" * 3000 + "}", "204", {"timeout_s": 0.3}),
         ("Answer: 025", "25", {}),
         ("\\boxed{\\frac{1}{3}}", "\\frac{2}{6}", {}),
+        ("\\boxed{9^{9^{9^9}}}", "204", {}),  # too large to compute: compared as written, in the calling thread
     ] * 3
     with ThreadPoolExecutor(6) as ex:
         results = list(ex.map(lambda c: module.compute_score("x", c[0], c[1], {"answer_type": "auto"}, **c[2]), calls))
-    assert [(r["score"], r["timeout"]) for r in results] == [(1.0, 0.0), (0.0, 1.0), (1.0, 0.0), (1.0, 0.0)] * 3
+    expected = [(1.0, 0.0), (0.0, 1.0), (1.0, 0.0), (1.0, 0.0), (0.0, 0.0)] * 3
+    assert [(r["score"], r["timeout"]) for r in results] == expected
 
 
 def test_rows_of_a_template_that_opens_reasoning_need_a_closed_reasoning_block():

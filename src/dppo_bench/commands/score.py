@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from dppo_bench.eval.verifier import DEFAULT_TIMEOUT_S
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -19,7 +21,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--workers", type=int, help="grading processes (default: chosen from the work and the free cores; 1 = this one)"
     )
     p.add_argument(
-        "--timeout", type=float, default=5.0, help="math-verify's CPU-time limit per parse and comparison (s)"
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        help=f"math-verify's CPU-time budget per (prediction, answer) pair, s (default {DEFAULT_TIMEOUT_S}; a pair "
+        "that runs out is retried once, alone, with a larger budget)",
     )
     p.add_argument(
         "--prompt", help="the prompt template (eval/prompts) a file without a header was made with (default: unknown)"

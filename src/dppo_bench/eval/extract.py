@@ -14,15 +14,24 @@ The rules, in order (documented with their reasons in the README; cases in ``tes
    display block opened there (``\\[ ... \\]``, ``$$ ... $$``) is read to its end. Inside math (``\\[Answer: 5\\]``)
    the value ends at the closing delimiter. On a line that mixes prose and math, the math is the value: the first
    math when it follows the marker directly (``$7$ (without quotes)``), else the last (``The smallest such value is
-   $9$.``). Plain text loses a trailing remark in parentheses, a sentence's lead-in (``... is 9``), and words after
-   a number (``3 cm``). A final period, a ``name =`` in front (``x = \\dfrac{3}{7}``) and spacing are dropped.
-4. **Cut off is unanswered.** A final answer that is still open when the completion ends (a ``\\boxed{`` or a
-   brace or math delimiter on the Answer line that never closes, or an ``Answer:`` with nothing after it) was cut
-   off by the token limit: the completion has no answer, and no earlier draft stands in for it.
-5. **Fallback.** With neither marker, the last "the answer is X" / "final answer is X" phrase, up to the end of
+   $9$.``), and a plain value a verb names after the math (``$y$ equals 9.``). Plain text loses a trailing remark
+   in parentheses, a sentence's lead-in (``... is 9``), and words after a number (``3 cm``). A final period, a
+   ``name =`` in front (``x = \\dfrac{3}{7}``) and spacing are dropped.
+4. **Cut off is unanswered.** A final answer that ends the completion unfinished (``tex.cut_off``: a ``\\boxed{``
+   or a brace left open, an operator at its end, a ``\\frac`` short of an argument, an ``Answer:`` with nothing
+   after it) was cut off by the token limit: the completion has no answer, and no earlier draft stands in for it.
+   A closing ``$`` alone may be missing (``Answer: $42``: the template's ``$Answer`` copied literally). One
+   exception: a repetition loop, where the two answers before the cut-off one are the same and it begins like
+   them; the last complete copy is the answer.
+5. **Phrase.** With neither marker, the last "the answer is X" / "final answer is X" phrase, up to the end of
    its sentence.
-6. **Nothing else.** There is deliberately no "last number in the text" fallback: it rewards unfinished or
-   unformatted completions, and it turns a completion with no answer into a lottery over the numbers it mentions.
+6. **The reasoning's closing box.** When the reply after ``</think>`` states no answer and was itself cut off
+   (``tex.finished`` is false: the token limit hit the summary before it restated the answer), a box on the last
+   line of the reasoning, just before ``</think>``, is the answer: the reasoning closed on it.
+7. **math-verify's last resort.** A finished reply with no box, no marker and no phrase: the value math-verify's
+   own unanchored extraction reads from its end (``last_resort``: the last math or number, as in "the area is 48
+   square meters." or a last line ``$x = 12$``). An unfinished one has no answer: the token limit cut it, and its
+   last number is whatever the model was computing.
 
 How an extracted answer is then read (as an integer, or by math-verify) is ``values``'s concern.
 """
@@ -33,39 +42,20 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from dppo_bench.eval.answer_line import answer_phrase, answer_words, clean_math, final_answer_line, marker_end, repeated
+from dppo_bench.eval.last_resort import closing_value
+from dppo_bench.eval.tex import finished, matching_braces, strip_delimiters
+
 THINK_OPEN, THINK_END = "<think>", "</think>"
 _BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
-_BRACE_OR_ESCAPE = re.compile(r"\\.|[{}]", re.DOTALL)
-_ANSWER_WORD = re.compile(r"(?i)\banswer")  # the slow path of _answer_words
-_LINE_TAIL = re.compile(r"[ \t]*(?:\*\*|__)?[ \t]*[:：]")  # after "answer": "Answer:", "**Answer**:", "Answer :"
-_HEADING_HEAD = re.compile(r"[ \t#>*_]*(?:final[ \t]+)?", re.IGNORECASE)  # before a bare heading "Answer"
-_HEADING_TAIL = re.compile(r"[ \t]*(?:\*\*|__)?[ \t]*(?=\n|$)")  # after it: nothing else on the line
-_BLANK_LINES = re.compile(r"(?:[ \t]*(?:\*\*|__)?[ \t]*\n)+")  # "Answer:" then the answer on a line of its own
-_PHRASE_TAIL = re.compile(r"[ \t]+is[ \t]*:?[ \t]*", re.IGNORECASE)  # after "answer": " is", " is:"
-_PHRASE_HEAD = ("the ", "final ")  # before "answer"
-_SENTENCE_END = re.compile(r"\.(?=\s|$)|,\s+(?=[A-Za-z]{2})")  # "... is 25. Done", "... is 25, so we"
 _TOKEN = re.compile(r"[^\s$]+")
-_MATH_TOKEN = re.compile(r"\\\$|\$\$|\$|\\\[|\\\]|\\\(|\\\)")  # an escaped dollar, then the math delimiters
-_CLOSER = {"$$": "$$", "$": "$", "\\[": "\\]", "\\(": "\\)"}
-_DISPLAY = ("$$", "\\[")  # delimiters whose math may span lines
-_CONTEXT_CHARS = 2000  # how far back a display block holding an Answer marker may have opened
-_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
-_EDGE_SPACING = re.compile(r"^(?:\s|\\[,!;: ]|~|\\q?quad\b|\\displaystyle\b)+|(?:\s|\\[,!;: ]|~|\\q?quad\b)+$")
-_REMARK = re.compile(r"\s*\(\s*[A-Za-z]{2,}[A-Za-z0-9 ,.'-]*\)[\s.]*$")  # "7 (without quotes)", "12 (square units)"
-_LEAD_IN = re.compile(r"^.*\b(?:is|are|equals)\s+", re.IGNORECASE | re.DOTALL)  # "The smallest value is 9"
-_VERB = re.compile(r"\b(?:is|are|equals|gives|becomes)\b|=", re.IGNORECASE)  # "$f(3)$ is $12$": the value is last
-_VALUE_LIKE = re.compile(r"[\d\\$]|^\W*\S+(?:\s+\S+)?\W*$")  # under a bare heading: math, a number or 1-2 words
-_WORDS_AFTER_VALUE = re.compile(r"(?<=[\d})\]])(?:\s+[A-Za-z]{2,}\.?)+$")  # "3 cm", "12 square units"
-NAME_EQUALS = re.compile(r"^[A-Za-z](?:_\{?\w+\}?|')?\s*=(?!=)\s*(?=\S)")  # "x = ", "a_1 = ", "f' = "
-_TRAILING_PUNCTUATION = re.compile(r"[\s.,;]+$")
-_MAX_CLEANED_CHARS = 1000  # longer values go to the verifier as they are: keeps the prose regexes linear
-_MAX_MARKERS = 16  # Answer markers tried, last first, before giving up on finding a non-empty value
+_CLOSING_LINES = re.compile(r"[^\n]*+(?:\s|\$\$|\\\]|\\\))*+")  # the rest of a box's line, then lines closing math
 
 
 @dataclass(frozen=True)
 class Extraction:
     text: str  # the answer as written, outer math delimiters and surrounding prose removed
-    rule: str  # "boxed" | "answer_line" | "answer_phrase"
+    rule: str  # "boxed" | "answer_line" | "answer_phrase" | "reasoning_box" | "last_resort"
 
 
 Candidate = tuple[int, Extraction | None]  # (where the answer starts, the answer or None when it was cut off)
@@ -78,11 +68,27 @@ def extract_answer(completion: str, opens_reasoning: bool = False) -> Extraction
     text = answer_region(completion, opens_reasoning)
     if text is None:
         return None
-    words = _answer_words(text)
-    candidates = [c for c in (_final_box(text), _final_answer_line(text, words)) if c is not None]
+    words = answer_words(text)
+    candidates = [c for c in (_final_box(text), _as_candidate(final_answer_line(text, words), "answer_line")) if c]
     if candidates:
-        return max(candidates, key=lambda c: c[0])[1]
-    return _answer_phrase(text, words)
+        found = max(candidates, key=lambda c: c[0])
+    else:
+        found = _as_candidate(answer_phrase(text, words), "answer_phrase")
+    if found is not None and found[1] is not None:
+        return found[1]
+    if not finished(text):
+        return _reasoning_box(completion)
+    if found is None and not _BOX.search(text) and not any(marker_end(text, w) for w in words):
+        value = clean_math(closing_value(text) or "")
+        return Extraction(value, "last_resort") if value else None
+    return None
+
+
+def _as_candidate(found: tuple[int, str | None] | None, rule: str) -> Candidate | None:
+    if found is None:
+        return None
+    start, value = found
+    return start, None if value is None else Extraction(value, rule)
 
 
 def answer_region(completion: str, opens_reasoning: bool = False) -> str | None:
@@ -95,9 +101,21 @@ def answer_region(completion: str, opens_reasoning: bool = False) -> str | None:
     return completion
 
 
+def _reasoning_box(completion: str) -> Extraction | None:
+    """The box on the last line of a closed reasoning block (rule 6), or None."""
+    reasoning, closed, _ = completion.rpartition(THINK_END)
+    if not closed:
+        return None
+    box = last_box(reasoning)
+    if box is None or not _CLOSING_LINES.fullmatch(reasoning, box[2]):
+        return None
+    return Extraction(box[1].text, "reasoning_box")
+
+
 # -- boxes ---------------------------------------------------------------------------------------------------
-def _boxes_from_last(text: str) -> Iterator[tuple[int, str | None]]:
-    """(start, content) of every \\boxed{} / \\fbox{}, last first; content None for a box that never closes."""
+def _boxes_from_last(text: str) -> Iterator[tuple[int, str | None, int]]:
+    """(start, content, end) of every \\boxed{} / \\fbox{}, last first; content None for a box that never
+    closes (its end is then where its content begins)."""
     starts = list(_BOX.finditer(text))
     if not starts:
         return
@@ -108,252 +126,36 @@ def _boxes_from_last(text: str) -> Iterator[tuple[int, str | None]]:
             i += 1
         if i < len(text) and text[i] == "{":
             end = closing.get(i)
-            yield m.start(), None if end is None else text[i + 1 : end]
+            yield (m.start(), None, i + 1) if end is None else (m.start(), text[i + 1 : end], end + 1)
         elif token := _TOKEN.match(text, i):  # "\boxed 25": the TeX form without braces takes the next token
-            yield m.start(), token.group(0)
+            yield m.start(), token.group(0), token.end()
 
 
-def last_box(text: str) -> tuple[int, Extraction] | None:
-    """(position, content) of the last non-empty, balanced \\boxed{} (or \\fbox{}) of ``text``, or None."""
-    for start, content in _boxes_from_last(text):
+def last_box(text: str) -> tuple[int, Extraction, int] | None:
+    """(start, content, end) of the last non-empty, balanced \\boxed{} (or \\fbox{}) of ``text``, or None."""
+    for start, content, end in _boxes_from_last(text):
         if content is not None and content.strip():
-            return start, Extraction(strip_delimiters(content), "boxed")
+            return start, Extraction(strip_delimiters(content), "boxed"), end
     return None
 
 
 def _final_box(text: str) -> Candidate | None:
-    """The last non-empty box; None as its answer when it never closes (rule 4). An empty box (an echo of the
-    prompt's "\\boxed{}") states nothing: the box before it stands."""
-    for start, content in _boxes_from_last(text):
+    """The last non-empty box; None as its answer when it never closes (rule 4), unless it is the cut-off copy
+    in a repetition loop. An empty box (an echo of the prompt's "\\boxed{}") states nothing: the box before it
+    stands."""
+    cut: tuple[int, str] | None = None
+    copies: list[str] = []
+    for start, content, end in _boxes_from_last(text):
         if content is None:
-            return start, None
-        if content.strip():
-            return start, Extraction(strip_delimiters(content), "boxed")
-    return None
-
-
-def matching_braces(text: str, start: int) -> dict[int, int]:
-    """Position of each unescaped '{' from ``start`` on -> its matching '}' (one linear pass)."""
-    stack: list[int] = []
-    pairs: dict[int, int] = {}
-    for m in _BRACE_OR_ESCAPE.finditer(text, start):
-        token = m.group(0)
-        if token == "{":
-            stack.append(m.start())
-        elif token == "}" and stack:
-            pairs[stack.pop()] = m.start()
-    return pairs
-
-
-def _still_open(s: str) -> bool:
-    """Whether ``s`` leaves a brace or a math delimiter open at its end."""
-    depth = 0
-    for m in _BRACE_OR_ESCAPE.finditer(s):
-        depth += {"{": 1, "}": -1}.get(m.group(0), 0)
-        depth = max(depth, 0)
-    return depth > 0 or _math_pieces(s)[1] is not None
-
-
-# -- Answer markers ------------------------------------------------------------------------------------------
-def _answer_words(text: str) -> list[int]:
-    """The start of every word "answer" in the text (any case), last first.
-
-    str.rfind on the lower-cased text is ~10x faster than a case-insensitive regex on long completions; the regex
-    is kept for the rare text whose lower-casing changes its length (positions would no longer line up)."""
-    lower = text.lower()
-    if len(lower) != len(text):
-        return [m.start() for m in reversed(list(_ANSWER_WORD.finditer(text)))]
-    starts, pos = [], len(lower)
-    while (pos := lower.rfind("answer", 0, pos)) >= 0:
-        if pos == 0 or not (lower[pos - 1].isalnum() or lower[pos - 1] == "_"):
-            starts.append(pos)
-    return starts
-
-
-def _marker_end(text: str, start: int) -> tuple[int, bool] | None:
-    """(where the value of an Answer marker at ``start`` begins, whether the marker is a bare heading without a
-    colon), or None when the word is not a marker."""
-    word_end = start + len("answer")
-    if m := _LINE_TAIL.match(text, word_end):
-        return m.end(), False
-    line_start = text.rfind("\n", 0, start) + 1
-    if _HEADING_HEAD.fullmatch(text, line_start, start) and (m := _HEADING_TAIL.match(text, word_end)):
-        return m.end(), True
-    return None
-
-
-def _final_answer_line(text: str, words: list[int]) -> Candidate | None:
-    for start in words[:_MAX_MARKERS]:
-        marker = _marker_end(text, start)
-        if marker is None:
-            continue
-        after, bare_heading = marker
-        span = _value_span(text, start, after)
-        if span is None:
-            return start, None  # cut off (rule 4)
-        begin, end, in_math = span
-        if bare_heading and not _VALUE_LIKE.search(text[begin:end].strip()):
-            continue  # "**Final Answer**" over a closing sentence ("We are done."): not a stated value
-        value = _clean_math(text[begin:end]) if in_math else _value_of_line(text[begin:end])
-        if value:
-            return start, Extraction(value, "answer_line")
-    return None
-
-
-def _value_span(text: str, start: int, after: int) -> tuple[int, int, bool] | None:
-    """(begin, end, inside math) of the value of the marker at ``start``; None when it was cut off (rule 4)."""
-    last = len(text.rstrip())
-    opener = _math_open_at(text, start)
-    if opener is not None:  # "\\[Answer: 5\\]", "$$\\text{Answer: } (3, -2)$$": the value ends with the math
-        close = text.find(_CLOSER[opener], after, _paragraph_end(text, after))
-        if close >= 0:
-            return after, close, True
-        end = _line_end(text, after)
-        return None if end >= last else (after, end, True)
-    end = _line_end(text, after)
-    if not _clean_markdown(text[after:end]):  # a bare heading: the value stands on the next non-blank line
-        blank = _BLANK_LINES.match(text, after)
-        if blank is None or blank.end() >= last:
-            return None
-        after, end = blank.end(), _line_end(text, blank.end())
-    opened = _math_pieces(text[after:end])[1]
-    if opened in _DISPLAY:  # a display block opened on the line runs to its closing delimiter
-        paragraph_end = _paragraph_end(text, end)
-        close = text.find(_CLOSER[opened], end, paragraph_end)
-        if close >= 0:
-            end = close + len(_CLOSER[opened])
-        elif paragraph_end >= last:
-            return None
-    if end >= last and _still_open(text[after:end]):
+            if cut is not None or copies:
+                break
+            cut = start, text[end:]
+        elif content.strip():
+            if cut is None:
+                return start, Extraction(strip_delimiters(content), "boxed")
+            copies.append(content)
+            if len(copies) == 2:
+                break
+    if cut is None:
         return None
-    return after, end, False
-
-
-def _math_open_at(text: str, pos: int) -> str | None:
-    """The math delimiter open at ``pos``: a display block opened earlier in the paragraph, or inline math
-    opened earlier on the line (a stray dollar in earlier prose does not carry over)."""
-    begin = max(text.rfind("\n\n", max(0, pos - _CONTEXT_CHARS), pos), pos - _CONTEXT_CHARS, 0)
-    line_start = text.rfind("\n", 0, pos) + 1
-    opened = None
-    for m in _MATH_TOKEN.finditer(text, begin, pos):
-        token = m.group(0)
-        if opened is None:
-            if token in _CLOSER and (token in _DISPLAY or m.start() >= line_start):
-                opened = token
-        elif token == _CLOSER[opened]:
-            opened = None
-    return opened
-
-
-def _line_end(text: str, start: int) -> int:
-    end = text.find("\n", start)
-    return end if end >= 0 else len(text)
-
-
-def _paragraph_end(text: str, start: int) -> int:
-    """The next blank line, or the end of the text; looked for only as far as a math block can reach."""
-    limit = start + _CONTEXT_CHARS
-    end = text.find("\n\n", start, limit)
-    return end if end >= 0 else min(limit, len(text))
-
-
-def _math_pieces(s: str) -> tuple[list[tuple[bool, str]], str | None]:
-    """``s`` split into (is_math, text) pieces, and the delimiter left open at its end (None if all closed)."""
-    pieces: list[tuple[bool, str]] = []
-    opened, begin = None, 0
-    for m in _MATH_TOKEN.finditer(s):
-        token = m.group(0)
-        if token == "\\$":
-            continue
-        if opened is None and token in _CLOSER:
-            pieces.append((False, s[begin : m.start()]))
-            opened, begin = token, m.end()
-        elif opened is not None and token == _CLOSER[opened]:
-            pieces.append((True, s[begin : m.start()]))
-            opened, begin = None, m.end()
-    pieces.append((opened is not None, s[begin:]))
-    return pieces, opened
-
-
-def _value_of_line(raw: str) -> str:
-    """The value on an Answer line in prose: its math if it has any (rule 3), else its cleaned text."""
-    pieces, _ = _math_pieces(raw)
-    maths = [i for i, (is_math, part) in enumerate(pieces) if is_math and part.strip()]
-    if not maths:
-        return _clean_text(raw)
-    first, last = maths[0], maths[-1]
-    follows_marker = not any(_clean_markdown(part) for _, part in pieces[:first])
-    value_named_later = any(_VERB.search(part) for is_math, part in pieces[first:last] if not is_math)
-    return _clean_math(pieces[first if follows_marker and not value_named_later else last][1])
-
-
-def _clean_text(s: str) -> str:
-    s = _clean_markdown(s)
-    if len(s) > _MAX_CLEANED_CHARS:
-        return s
-    s = _REMARK.sub("", s)
-    s = _LEAD_IN.sub("", s)  # a sentence: "The smallest such value is 9."
-    s = _TRAILING_PUNCTUATION.sub("", s)
-    s = _WORDS_AFTER_VALUE.sub("", s)
-    return _clean_math(s)
-
-
-def _clean_math(s: str) -> str:
-    if len(s) > _MAX_CLEANED_CHARS:
-        return strip_delimiters(s)
-    s = _drop_unmatched_closing(s).strip().strip("*`").strip()
-    s = strip_delimiters(_TRAILING_PUNCTUATION.sub("", s))
-    s = _EDGE_SPACING.sub("", s)
-    s = _REMARK.sub("", s)
-    s = _TRAILING_PUNCTUATION.sub("", s)
-    if s.count("=") == 1:
-        s = NAME_EQUALS.sub("", s)
-    return s.strip()
-
-
-def _drop_unmatched_closing(s: str) -> str:
-    """Remove each '}' that closes nothing in ``s`` (it closed a ``\\text{Answer:`` before the value)."""
-    depth, drop = 0, []
-    for m in _BRACE_OR_ESCAPE.finditer(s):
-        if m.group(0) == "{":
-            depth += 1
-        elif m.group(0) == "}":
-            if depth == 0:
-                drop.append(m.start())
-            depth = max(depth - 1, 0)
-    for i in reversed(drop):
-        s = s[:i] + s[i + 1 :]
-    return s
-
-
-def _answer_phrase(text: str, words: list[int]) -> Extraction | None:
-    for start in words:
-        m = _PHRASE_TAIL.match(text, start + len("answer"))
-        if m and any(text[max(0, start - len(h)) : start].lower() == h for h in _PHRASE_HEAD):
-            rest = text[m.end() : _line_end(text, m.end())]
-            sentence = _SENTENCE_END.split(rest, maxsplit=1)[0]
-            if m.end() + len(sentence) >= len(text.rstrip()) and _still_open(sentence):
-                return None  # cut off (rule 4)
-            content = _value_of_line(sentence)
-            if content:
-                return Extraction(content, "answer_phrase")
-    return None
-
-
-def _clean_markdown(s: str) -> str:
-    s = s.strip().strip("*_`").strip()
-    s = s.removesuffix(".").strip()
-    return strip_delimiters(s)
-
-
-def strip_delimiters(s: str) -> str:
-    """Remove outer math delimiters ($...$, \\(...\\), \\[...\\]) and surrounding space."""
-    s = s.strip()
-    changed = True
-    while changed:
-        changed = False
-        for left, right in _DELIMITERS:
-            if len(s) >= len(left) + len(right) and s.startswith(left) and s.endswith(right):
-                s = s[len(left) : len(s) - len(right)].strip()
-                changed = True
-    return s
+    return cut[0], Extraction(strip_delimiters(copies[0]), "boxed") if repeated(cut[1], copies) else None

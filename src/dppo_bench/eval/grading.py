@@ -1,33 +1,39 @@
 """Per-sample verdicts: extraction, the integer rule, and math-verify here or in worker processes.
 
 A verdict is decided without the verifier when it can be (no answer extracted; an AIME-style integer written
-plainly, compared as an integer so that "025" = 25). Everything else goes to math-verify (``verifier``) under
-CPU-time limits, each distinct (prediction, answer) pair once. Where it runs is chosen from the work and the free
-cores (:func:`plan_workers`): in this process when worker processes would not pay for their start-up, else in a
-``pool.VerifierPool``. Either way a pair that times out is retried once, alone, with a larger CPU-time budget
-before it is recorded as a timeout, so verdicts do not depend on the machine's load or on the path taken.
+plainly, compared as an integer so that "025" = 25; a number too large to compute, compared as written). Everything
+else goes to math-verify (``verifier``) under a CPU-time budget per pair, each distinct (prediction, answer) pair
+once per process: verdicts are kept across calls (samples, steps of a run), since a pair's verdict does not change.
+Where it runs is chosen from the work and the free cores (:func:`plan_workers`): in this process when worker
+processes would not pay for their start-up, else in a ``pool.VerifierPool``. Either way a pair that times out is
+retried once, alone, with a larger CPU-time budget before it is recorded as a timeout, so verdicts do not depend on
+the machine's load or on the path taken.
 """
 
 from __future__ import annotations
 
 import atexit
+import hashlib
 import os
 import re
 import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Literal, get_args
 
 from dppo_bench.eval import verifier
 from dppo_bench.eval.extract import extract_answer
+from dppo_bench.eval.magnitude import as_written, too_large
 from dppo_bench.eval.pool import RETRY_FACTOR, Pair, Result, VerifierPool
 from dppo_bench.eval.values import AnswerType, as_integer, comparable
+from dppo_bench.eval.verifier import DEFAULT_TIMEOUT_S
 
 ANSWER_TYPES: tuple[str, ...] = get_args(AnswerType)
-DEFAULT_TIMEOUT_S = 5.0  # CPU seconds per parse and per comparison (math-verify's own default, as CPU time)
 PAIRS_PER_WORKER = 400  # a worker process pays for its start-up (about 1 s) only with this many pairs to verify
+KEPT_VERDICTS = 200_000  # verdicts of distinct pairs kept per process (about 100 bytes each)
 _GOLD_INTEGER = re.compile(r"[+-]?\d+")
 
 
@@ -64,7 +70,14 @@ def decide(
         value = as_integer(extraction.text)
         if value is not None:
             return Verdict(value == int(answer), False, extraction.text), None
+    if too_large(extraction.text) or _gold_too_large(answer):  # sympy would compute it, in one endless C call
+        return Verdict(as_written(comparable(extraction.text)) == as_written(answer), False, extraction.text), None
     return None, extraction.text
+
+
+@lru_cache(maxsize=8192)
+def _gold_too_large(answer: str) -> bool:
+    return too_large(answer)
 
 
 def grade(
@@ -106,7 +119,38 @@ def grade_many(
 def verify(
     pairs: list[Pair], pool: VerifierPool | None = None, *, workers: int | None = None, timeout_s: float
 ) -> list[Result]:
-    """(correct, timeout) of each (prediction, answer) pair, wherever it pays to run math-verify."""
+    """(correct, timeout) of each (prediction, answer) pair: kept from an earlier call, else by math-verify,
+    wherever it pays to run it."""
+    budget = timeout_s if pool is None else pool.cpu_limit_s
+    keys = [_verdict_key(pair, budget) for pair in pairs]
+    with _kept_lock:
+        known = {key: _kept[key] for key in keys if key in _kept}
+    todo = list(dict.fromkeys(pair for pair, key in zip(pairs, keys, strict=True) if key not in known))
+    for pair, result in zip(todo, _verify(todo, pool, workers, timeout_s), strict=True):
+        known[_verdict_key(pair, budget)] = result
+    with _kept_lock:
+        _kept.update(known)
+        while len(_kept) > KEPT_VERDICTS:
+            del _kept[next(iter(_kept))]  # the oldest first
+    return [known[key] for key in keys]
+
+
+_kept: dict[bytes, Result] = {}
+_kept_lock = threading.Lock()
+
+
+def forget_verdicts() -> None:
+    """Drop the verdicts kept so far (a test that must see math-verify run again)."""
+    with _kept_lock:
+        _kept.clear()
+
+
+def _verdict_key(pair: Pair, budget: float) -> bytes:
+    """A short key for a pair's verdict under a budget (a prediction may be 200 kB long)."""
+    return hashlib.blake2b(repr((pair, budget)).encode(), digest_size=16).digest()
+
+
+def _verify(pairs: list[Pair], pool: VerifierPool | None, workers: int | None, timeout_s: float) -> list[Result]:
     if not pairs:
         return []
     if pool is not None:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 FORMAT = "dppo-bench-samples/1"
 _CHUNK = 1 << 20
+GZIP_MAGIC = b"\x1f\x8b"  # the first two bytes of every gzip file
 VOLATILE_HEADER_KEYS = ("created",)  # differ between the runs of one resumed generation
 
 
@@ -87,13 +88,16 @@ def read_samples(path: Path) -> SamplesFile:
     size = path.stat().st_size
     line_no = 0
     with open(path, "rb") as f:
+        _check_compression(path, f.read(len(GZIP_MAGIC)), size)
+        f.seek(0)
         try:
             for content, end in _gzip_members(f) if _is_gzip(path) else _text_blocks(f):
-                for raw in content.split(b"\n"):
+                lines = content.split(b"\n")
+                for i, raw in enumerate(lines):
                     if not raw.strip():
                         continue
                     line_no += 1
-                    _add_line(out, raw, line_no)
+                    _add_line(out, raw, line_no, unterminated=i == len(lines) - 1)
                 out.valid_bytes = end
         except zlib.error as e:
             raise SamplesError(f"{path}: corrupt gzip data after line {line_no}: {e}") from None
@@ -103,7 +107,35 @@ def read_samples(path: Path) -> SamplesFile:
     return out
 
 
-def _add_line(out: SamplesFile, raw: bytes, line_no: int) -> None:
+def _check_compression(path: Path, start: bytes, size: int) -> None:
+    """A file whose name says gzip and whose bytes do not, or the other way round, is named for what it is."""
+    if _is_gzip(path) and size and start != GZIP_MAGIC[: len(start)]:
+        raise SamplesError(
+            f"{path}: not gzip data (it does not start with gzip's magic bytes 1f 8b), but its name ends in .gz: "
+            f"if it is plain JSON lines, rename it to {path.with_suffix('').name}"
+        )
+    if not _is_gzip(path) and start == GZIP_MAGIC:
+        raise SamplesError(
+            f"{path}: gzip-compressed (it starts with gzip's magic bytes 1f 8b), but its name does not end in .gz: "
+            f"rename it to {path.name}.gz"
+        )
+
+
+def truncation_message(samples: SamplesFile) -> str:
+    """What a samples file that ends in an incomplete gzip member is, and what to do about it."""
+    if samples.has_header:  # ours: every append is one member, and the generator cuts off an interrupted one
+        return (
+            f"{samples.path}: ends in {samples.truncated_bytes} bytes of an interrupted write (the last problem's "
+            "samples); rerun the generation that wrote it: it resumes from the last complete problem"
+        )
+    return (
+        f"{samples.path}: truncated: its last {samples.truncated_bytes} bytes begin a gzip stream that stops "
+        f"before its end ({len(samples.rows)} complete rows before them), as when a write or copy stops early "
+        "(`gzip -t` says 'unexpected end of file'); copy the file again from where it was made, or make it again"
+    )
+
+
+def _add_line(out: SamplesFile, raw: bytes, line_no: int, unterminated: bool = False) -> None:
     invalid = False
     try:
         text = raw.decode("utf-8")
@@ -114,6 +146,11 @@ def _add_line(out: SamplesFile, raw: bytes, line_no: int) -> None:
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
+        if unterminated:  # the last line, with no newline after it
+            raise SamplesError(
+                f"{out.path}: line {line_no}, the last, is not valid JSON and has no newline at its end: the file "
+                "looks cut off, as when a write or copy stops early; write or copy it again"
+            ) from None
         raise SamplesError(f"{out.path}: line {line_no}: not valid JSON: {e}") from None
     if line_no == 1 and isinstance(obj, dict) and "format" in obj:
         if obj["format"] != FORMAT:

@@ -27,7 +27,7 @@ from dppo_bench.eval.data import ProblemSet, pinned_hashes
 from dppo_bench.eval.grading import DEFAULT_TIMEOUT_S, GradingPool, Verdict, grade_many
 from dppo_bench.eval.metrics import avg_at_n, bootstrap_ci, ks_for, mean_pass_at_k
 from dppo_bench.eval.prompts import load_prompt
-from dppo_bench.eval.samples import SamplesError, SamplesFile
+from dppo_bench.eval.samples import SamplesError, SamplesFile, truncation_message
 from dppo_bench.eval.spec import BenchmarkSpec
 from dppo_bench.io import atomic_write_bytes, atomic_write_json
 
@@ -46,7 +46,7 @@ def check_samples(benchmark: BenchmarkSpec, problems: ProblemSet, samples: Sampl
     """The rows of each problem, sorted by sample index, after every completeness check."""
     path = samples.path
     if samples.truncated_bytes:
-        raise SamplesError(f"{path}: ends in {samples.truncated_bytes} bytes of an interrupted write; resume it")
+        raise SamplesError(truncation_message(samples))
     header_benchmark = samples.header.get("benchmark")
     if samples.has_header and header_benchmark != benchmark.id:
         raise SamplesError(f"{path}: header field 'benchmark' is {header_benchmark!r}, not {benchmark.id!r}")

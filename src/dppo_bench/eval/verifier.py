@@ -1,13 +1,15 @@
-"""math-verify, called the way this suite grades, under CPU-time limits, with its timeouts recorded.
+"""math-verify, called the way this suite grades, under a CPU-time budget per pair, with its timeouts recorded.
 
 Gold and prediction are each wrapped in ``\\boxed{...}`` and parsed with LaTeX extraction first, then plain
 expressions (the configuration verl's own ``math_verify`` reward uses); ``verify`` is called gold first (it is not
-symmetric). Each parse and each comparison may use ``cpu_limit_s`` seconds of CPU time, not of wall-clock time:
-math-verify's own limits (SIGALRM, wall-clock) are switched off, because on a loaded machine a wall-clock limit
-times a pair out in one run and not in the next. The limit is a CPU-time timer (SIGPROF) whose handler raises;
-it refires every 50 ms, because a raise inside a ``__del__`` or weakref callback is swallowed (seen in this suite's
-tests) and the computation would otherwise run on unbounded. Signals are handled on a process's main thread only:
-``grading`` routes every other caller through worker processes.
+symmetric). Parsing the prediction and every comparison of a pair share one budget of ``cpu_limit_s`` seconds of
+CPU time, not of wall-clock time (each gold is parsed once per process, under a budget of its own): math-verify's
+own limits (SIGALRM, wall-clock) are switched off, because on a loaded machine a wall-clock limit times a pair out
+in one run and not in the next. The limit is a CPU-time timer (SIGPROF) whose handler raises; it refires every
+50 ms, because a raise inside a ``__del__`` or weakref callback is swallowed (seen in this suite's tests) and the
+computation would otherwise run on unbounded. Signals are handled on a process's main thread only: ``grading``
+routes every other caller through worker processes. A number too large to compute never gets here
+(``magnitude``): sympy would build it inside one C call, where no signal lands.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from functools import lru_cache
 from importlib.metadata import version
 
 NAME = "math-verify"
+# CPU seconds for one pair's parse and comparisons; with the retry's 4x, a pair costs at most about 1 s. The costliest
+# pair of MATH-500's answers takes 0.15 s (benchmarks/scoring.py, (D))
+DEFAULT_TIMEOUT_S = 0.2
 REFIRE_S = 0.05
 # math-verify warns once that its own timeouts are off, and logs each failed parse: the limits are ours, and
 # every timeout is recorded in the verdicts.
@@ -71,42 +76,49 @@ def _configs():
     return [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
 
 
-def _parse(text: str, cpu_limit_s: float) -> tuple[list, bool]:
-    """(parsed targets, timed out). An ordinary parse failure is an empty list."""
+@lru_cache(maxsize=1)
+def _warm() -> None:
+    """Import math-verify, sympy and the LaTeX parser and compare once, outside any budget: an import takes about
+    0.5 s of CPU, more than a pair's budget, and one cut short by the limit would leave a module half-made."""
+    _matches(tuple(_parse("1")), "1")
+
+
+def _parse(text: str) -> list:
+    """math-verify's reading of an answer; an ordinary parse failure is an empty list."""
     from math_verify import parse
 
-    def run():
-        try:
-            return parse("\\boxed{" + text + "}", _configs(), parsing_timeout=None, raise_on_error=True)
-        except Exception:  # noqa: BLE001  (math-verify's own failures mean "could not parse")
-            return []
-
-    parsed, timed_out = guarded(run, cpu_limit_s)
-    return parsed or [], timed_out
+    try:
+        return parse("\\boxed{" + text + "}", _configs(), parsing_timeout=None, raise_on_error=True) or []
+    except Exception:  # noqa: BLE001  (math-verify's own failures mean "could not parse")
+        return []
 
 
 @lru_cache(maxsize=8192)
 def _parsed_gold(answer: str, cpu_limit_s: float) -> tuple[tuple, bool]:
     # Every sample of a problem shares its gold: parse it once per process.
-    parsed, timed_out = _parse(answer, cpu_limit_s)
-    return tuple(parsed), timed_out
+    parsed, timed_out = guarded(lambda: _parse(answer), cpu_limit_s)
+    return tuple(parsed or ()), timed_out
 
 
 def check(prediction: str, answer: str, cpu_limit_s: float) -> tuple[bool, bool]:
-    """(correct, timeout) of an extracted prediction against the gold answer, by math-verify.
-
-    Each (gold, prediction) pair is verified separately so that one pair's timeout is recorded while the other
-    pairs still count, which is what ``verify`` on the lists does when it swallows errors.
-    """
+    """(correct, timeout) of an extracted prediction against the gold answer, by math-verify: the prediction's
+    parse and its comparisons with the gold take at most ``cpu_limit_s`` CPU seconds together."""
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError("verifier.check uses a CPU-time signal and must run on the main thread")
+    _warm()
     try:
-        return _check(prediction, answer, cpu_limit_s)
+        gold, gold_timeout = _parsed_gold(answer, cpu_limit_s)
+        if not gold:
+            return False, gold_timeout
+        same, timed_out = guarded(lambda: _matches(gold, prediction), cpu_limit_s)
+        return bool(same), timed_out
     except CpuLimit:  # landed in the instant between a call's end and its disarming
         return False, True
 
 
-def _check(prediction: str, answer: str, cpu_limit_s: float) -> tuple[bool, bool]:
+def _matches(gold: tuple, prediction: str) -> bool:
+    """Whether any reading of the prediction equals any reading of the gold (``verify`` on the lists would stop
+    at the first error; each comparison here fails alone)."""
     from math_verify import verify
 
     def equal(g, p) -> bool:
@@ -115,15 +127,5 @@ def _check(prediction: str, answer: str, cpu_limit_s: float) -> tuple[bool, bool
         except Exception:  # noqa: BLE001  (a pair math-verify cannot compare is not equal)
             return False
 
-    gold, gold_timeout = _parsed_gold(answer, cpu_limit_s)
-    pred, pred_timeout = _parse(prediction, cpu_limit_s)
-    if not gold or not pred:
-        return False, gold_timeout or pred_timeout
-    timed_out = False
-    for g in gold:
-        for p in pred:
-            same, pair_timeout = guarded(lambda g=g, p=p: equal(g, p), cpu_limit_s)
-            if same:
-                return True, False
-            timed_out = timed_out or pair_timeout
-    return False, timed_out
+    readings = _parse(prediction)
+    return any(equal(g, p) for g in gold for p in readings)

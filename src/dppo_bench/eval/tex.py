@@ -1,0 +1,170 @@
+"""String primitives of answer extraction: braces, math delimiters, lines, and whether a text was cut off.
+
+All linear in the length of the text; no verifier.
+"""
+
+from __future__ import annotations
+
+import re
+
+BRACE_OR_ESCAPE = re.compile(r"\\.|[{}]", re.DOTALL)
+MATH_TOKEN = re.compile(r"\\\$|\$\$|\$|\\\[|\\\]|\\\(|\\\)")  # an escaped dollar, then the math delimiters
+CLOSER = {"$$": "$$", "$": "$", "\\[": "\\]", "\\(": "\\)"}
+DISPLAY = ("$$", "\\[")  # delimiters whose math may span lines
+CONTEXT_CHARS = 2000  # how far a math block may reach
+_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+# What a value cannot end with when it is complete: an operator, a relation, an opening bracket, or a command that
+# still waits for its argument ("\frac", "\sqrt", "\left")
+_OPEN_END = re.compile(
+    r"(?:[-+*/^_=<>({\[&]|\\(?:cdot|times|div|pm|mp|leq?|geq?|neq|cup|cap|in|to|left|right|[dtc]?frac|binom|sqrt|"
+    r"text[a-z]*|math[a-z]*|boxed|fbox|overline|operatorname))\s*$"
+)
+_TWO_ARGUMENTS = re.compile(r"\\(?:[dtc]?frac|binom)(?![A-Za-z])")
+_BRACKETS = re.compile(r"\\[{}]|\\.|[()\[\]]", re.DOTALL)  # escaped braces count; other escapes are skipped
+_MARKUP = frozenset(" \t\n\r\"'”’*_`)]")  # closing quotes, brackets and markdown after a sentence's end
+_SENTENCE_ENDS = (".", "!", "?", "$", "\\]", "\\)")
+
+
+def matching_braces(text: str, start: int) -> dict[int, int]:
+    """Position of each unescaped '{' from ``start`` on -> its matching '}' (one linear pass)."""
+    stack: list[int] = []
+    pairs: dict[int, int] = {}
+    for m in BRACE_OR_ESCAPE.finditer(text, start):
+        token = m.group(0)
+        if token == "{":
+            stack.append(m.start())
+        elif token == "}" and stack:
+            pairs[stack.pop()] = m.start()
+    return pairs
+
+
+def strip_delimiters(s: str) -> str:
+    """Remove outer math delimiters ($...$, \\(...\\), \\[...\\]) and surrounding space."""
+    s = s.strip()
+    changed = True
+    while changed:
+        changed = False
+        for left, right in _DELIMITERS:
+            if len(s) >= len(left) + len(right) and s.startswith(left) and s.endswith(right):
+                s = s[len(left) : len(s) - len(right)].strip()
+                changed = True
+    return s
+
+
+def math_pieces(s: str) -> tuple[list[tuple[bool, str]], str | None]:
+    """``s`` split into (is_math, text) pieces, and the delimiter left open at its end (None if all closed)."""
+    pieces: list[tuple[bool, str]] = []
+    opened, begin = None, 0
+    for m in MATH_TOKEN.finditer(s):
+        token = m.group(0)
+        if token == "\\$":
+            continue
+        if opened is None and token in CLOSER:
+            pieces.append((False, s[begin : m.start()]))
+            opened, begin = token, m.end()
+        elif opened is not None and token == CLOSER[opened]:
+            pieces.append((True, s[begin : m.start()]))
+            opened, begin = None, m.end()
+    pieces.append((opened is not None, s[begin:]))
+    return pieces, opened
+
+
+def line_end(text: str, start: int) -> int:
+    end = text.find("\n", start)
+    return end if end >= 0 else len(text)
+
+
+def paragraph_end(text: str, start: int) -> int:
+    """The next blank line, or the end of the text; looked for only as far as a math block can reach."""
+    limit = start + CONTEXT_CHARS
+    end = text.find("\n\n", start, limit)
+    return end if end >= 0 else min(limit, len(text))
+
+
+def _brace_depth(s: str) -> int:
+    depth = 0
+    for m in BRACE_OR_ESCAPE.finditer(s):
+        depth = max(depth + {"{": 1, "}": -1}.get(m.group(0), 0), 0)
+    return depth
+
+
+def _missing_argument(s: str) -> bool:
+    """Whether the last \\frac / \\binom of ``s`` has fewer than its two arguments (a group or one character)."""
+    starts = [m.end() for m in _TWO_ARGUMENTS.finditer(s)]
+    if not starts:
+        return False
+    closing = matching_braces(s, starts[-1])
+    i = starts[-1]
+    for _ in range(2):
+        while i < len(s) and s[i].isspace():
+            i += 1
+        if i >= len(s):
+            return True
+        if s[i] != "{":
+            i += 1
+        elif (end := closing.get(i)) is None:
+            return True
+        else:
+            i = end + 1
+    return False
+
+
+def cut_off(value: str) -> bool:
+    """Whether a value that ends the completion was cut off by the token limit, not finished.
+
+    Cut off: a brace, bracket or parenthesis still open, an operator or argument-taking command at its end, a
+    \\frac short of an argument, or nothing at all. A closing math delimiter alone may be missing: a model that
+    copies the template's ``$Answer`` literally writes ``Answer: $42`` and stops, and ``42`` is complete."""
+    pieces, opened = math_pieces(value)
+    body = pieces[-1][1] if opened is not None else value
+    if not body.strip() or _brace_depth(value) > 0 or _OPEN_END.search(body) or _missing_argument(body):
+        return True
+    opens = closes = 0
+    for m in _BRACKETS.finditer(body):
+        token = m.group(0)
+        opens += token in ("(", "[", "\\{")
+        closes += token in (")", "]", "\\}")
+    return opens > closes  # "[1, 2)" is an interval, "(1, 2" is not finished
+
+
+def still_open(s: str) -> bool:
+    """Whether ``s`` leaves a brace or a math delimiter open at its end."""
+    return _brace_depth(s) > 0 or math_pieces(s)[1] is not None
+
+
+def outside_math(text: str, pos: int) -> int:
+    """The first position from ``pos`` on where no math is open, judged from the start of its line (inline math
+    does not span lines; a display block opened on an earlier line is not seen). Linear in the line's length."""
+    opened = None
+    for m in MATH_TOKEN.finditer(text, text.rfind("\n", 0, pos) + 1):
+        token = m.group(0)
+        if token == "\\$":
+            continue
+        if opened is None and m.start() >= pos:
+            return m.start()
+        if opened is None and token in CLOSER:
+            opened = token
+        elif opened is not None and token == CLOSER[opened]:
+            opened = None
+            if m.end() >= pos:
+                return m.end()
+    return pos if opened is None else len(text)
+
+
+def _end_of_content(text: str) -> int:
+    """Where ``text`` ends less its closing quotes, brackets and markdown ("\\]" and "\\)" are math, and stay)."""
+    end = len(text)
+    while end and text[end - 1] in _MARKUP and not (text[end - 1] in ")]" and text[end - 2 : end - 1] == "\\"):
+        end -= 1
+    return end
+
+
+def finished(text: str) -> bool:
+    """Whether a text ends the way a finished reply does: its last paragraph closes every brace and math delimiter,
+    and its last line ends a sentence or a formula (".", "!", "?", "$", "\\]", "\\)", then perhaps closing quotes
+    or markdown, or a closed "**bold**"). The token limit cuts a completion anywhere, mostly mid-sentence."""
+    end = _end_of_content(text)
+    body = text[:end]
+    paragraph = body[body.rfind("\n\n") + 1 :]
+    closed_bold = text[end:].lstrip().startswith("**") and paragraph.count("**") % 2 == 1
+    return bool(paragraph.strip()) and not still_open(paragraph) and (body.endswith(_SENTENCE_ENDS) or closed_bold)
