@@ -21,6 +21,7 @@ from dppo_bench.eval.grading import (
     grade_many,
     plan_workers,
 )
+from dppo_bench.eval.magnitude import too_large
 
 CASES = json.loads((Path(__file__).parents[1] / "cases" / "grading.json").read_text())["cases"]
 TOWER = "The answer is \\boxed{9^{9^{9^9}}}."  # sympy would build it in one C call no signal stops
@@ -101,6 +102,14 @@ def test_numbers_too_large_to_compute_are_compared_as_written(prediction, answer
 def test_large_numbers_that_can_be_computed_go_to_math_verify(prediction):
     assert grade(f"\\boxed{{{prediction}}}", prediction, timeout_s=5) == Verdict(True, False, prediction)
     assert not grade(f"\\boxed{{{prediction}}}", "7", timeout_s=5).correct
+
+
+@pytest.mark.parametrize("prediction", ["x² + 1", "3²", "10^{²}"])
+def test_superscript_digits_are_not_numbers_to_the_size_check(prediction):
+    # "²" is a digit to str.isdigit but no decimal digit: the size check once raised ValueError on it, stopping the
+    # grading of a whole file (a real answer: "15 cm²")
+    assert not too_large(prediction)
+    assert grade(f"\\boxed{{{prediction}}}", "7", timeout_s=5).extracted == prediction
 
 
 def test_pathological_in_the_pool(pool):

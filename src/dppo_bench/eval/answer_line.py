@@ -1,11 +1,13 @@
 """Answer markers and answer phrases: where their value is, and how it is read out of the prose around it.
 
-Rules 2 to 5 of ``extract`` for ``Answer:`` lines and "the answer is X" phrases; pure string work, linear time.
+Rules 2 to 5 of ``extract`` for ``Answer:`` lines, ``<answer>`` tags and "the answer is X" phrases; pure string
+work, linear time.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from dppo_bench.eval.tex import (
     BRACE_OR_ESCAPE,
@@ -41,13 +43,16 @@ _VERB_THEN_VALUE = re.compile(
 )
 _COMMAND = re.compile(r"\\[A-Za-z]+")
 _VALUE_LIKE = re.compile(r"[\d\\$]|^\W*\S+(?:\s+\S+)?\W*$")  # under a bare heading: math, a number or 1-2 words
-_WORDS_AFTER_VALUE = re.compile(r"(?<=[\d})\]])(?:\s+[A-Za-z]{2,}\.?)+$")  # "3 cm", "12 square units"
+# "3 cm", "12 square units", "15 cm²"
+_WORDS_AFTER_VALUE = re.compile(r"(?<=[\d})\]])(?:\s+(?:[A-Za-z]{2,}[²³]?|[A-Za-z][²³])\.?)+$")
 NAME_EQUALS = re.compile(r"^[A-Za-z](?:_\{?\w+\}?|')?\s*=(?!=)\s*(?=\S)")  # "x = ", "a_1 = ", "f' = "
 _TRAILING_PUNCTUATION = re.compile(r"[\s.,;]+$")
 _SQUASH = re.compile(r"\s+|\$|\*\*|\\[()\[\]]")  # what two copies of one line may differ in
 _MAX_CLEANED_CHARS = 1000  # longer values go to the verifier as they are: keeps the prose regexes linear
 _MAX_MARKERS = 16  # Answer markers tried, last first, before giving up on finding a non-empty value
 
+_TAG_CLOSE = re.compile(r"</answer\s*>", re.IGNORECASE)  # the end of an <answer> tag's content
+MarkerKind = Literal["colon", "heading", "tag"]
 Found = tuple[int, str | None]  # (where the answer starts, its value; None when it was cut off)
 
 
@@ -75,15 +80,18 @@ def repeated(cut: str, copies: list[str]) -> bool:
     return first == second and first.startswith(cut)
 
 
-def marker_end(text: str, start: int) -> tuple[int, bool] | None:
-    """(where the value of an Answer marker at ``start`` begins, whether the marker is a bare heading without a
-    colon), or None when the word is not a marker."""
+def marker_end(text: str, start: int) -> tuple[int, MarkerKind] | None:
+    """(where the value of an Answer marker at ``start`` begins, the kind of marker: "colon" for ``Answer:``,
+    "heading" for a bare heading without a colon, "tag" for an ``<answer>`` tag), or None when the word is not a
+    marker."""
     word_end = start + len("answer")
+    if start > 0 and text[start - 1] == "<" and text.startswith(">", word_end):
+        return word_end + 1, "tag"
     if m := _LINE_TAIL.match(text, word_end):
-        return m.end(), False
+        return m.end(), "colon"
     line_start = text.rfind("\n", 0, start) + 1
     if _HEADING_HEAD.fullmatch(text, line_start, start) and (m := _HEADING_TAIL.match(text, word_end)):
-        return m.end(), True
+        return m.end(), "heading"
     return None
 
 
@@ -98,15 +106,15 @@ def final_answer_line(text: str, words: list[int]) -> Found | None:
         marker = marker_end(text, start)
         if marker is None:
             continue
-        after, bare_heading = marker
-        span = _value_span(text, start, after)
+        after, kind = marker
+        span = _tag_span(text, start, after) if kind == "tag" else _value_span(text, start, after)
         if span is None:
             if final is None and not copies:
                 final = start, text[after:], None
                 continue
             break
         begin, end, in_math = span
-        if bare_heading and not _VALUE_LIKE.search(text[begin:end].strip()):
+        if kind == "heading" and not _VALUE_LIKE.search(text[begin:end].strip()):
             continue  # "**Final Answer**" over a closing sentence ("We are done."): not a stated value
         value = clean_math(text[begin:end]) if in_math else value_of_line(text[begin:end])
         if not value:
@@ -125,6 +133,14 @@ def final_answer_line(text: str, words: list[int]) -> Found | None:
     return start, copies[0][1] if repeated(written, [line for line, _ in copies]) else value
 
 
+def _tag_span(text: str, start: int, after: int) -> tuple[int, int, bool] | None:
+    """(begin, end, inside math) of an ``<answer>`` tag's content: up to ``</answer>``, or, left open (generation
+    stopped at the closing tag, which many setups drop), as an Answer line's value; None when that was cut off."""
+    if close := _TAG_CLOSE.search(text, after):
+        return after, close.start(), False
+    return _value_span(text, start, after)
+
+
 def _value_span(text: str, start: int, after: int) -> tuple[int, int, bool] | None:
     """(begin, end, inside math) of the value of the marker at ``start``; None when it was cut off (rule 4)."""
     last = len(text.rstrip())
@@ -136,6 +152,8 @@ def _value_span(text: str, start: int, after: int) -> tuple[int, int, bool] | No
         end = line_end(text, after)
         return None if end >= last and cut_off(text[after:end]) else (after, end, True)
     end = line_end(text, after)
+    if close := _TAG_CLOSE.search(text, after, end):  # "Answer: 4</answer>": the tag closes the value
+        end = close.start()
     if not _clean_markdown(text[after:end]):  # a bare heading: the value stands on the next non-blank line
         blank = _BLANK_LINES.match(text, after)
         if blank is None or blank.end() >= last:

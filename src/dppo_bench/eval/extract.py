@@ -8,15 +8,17 @@ The rules, in order (documented with their reasons in the README; cases in ``tes
    (``opens_reasoning``), one without ``</think>``.
 2. **Last marker wins.** The candidates are the last non-empty ``\\boxed{...}`` (or ``\\fbox{...}``) and the last
    ``Answer:`` marker (case-insensitive, markdown allowed: ``**Answer:** 25``, ``\\text{Answer: } 25`` inside
-   display math, or a bare heading ``### Answer`` / ``**Final Answer**`` with the value on the lines below).
-   Whichever starts later is the answer, so ``Answer: \\boxed{25}`` yields the box content.
+   display math, a bare heading ``### Answer`` / ``**Final Answer**`` with the value on the lines below, or an
+   ``<answer>`` tag: the R1-Zero template's). Whichever starts later is the answer, so ``Answer: \\boxed{25}``
+   yields the box content.
 3. **The value of an Answer marker** is the rest of its line or, when that is empty, the next non-blank line; a
    display block opened there (``\\[ ... \\]``, ``$$ ... $$``) is read to its end. Inside math (``\\[Answer: 5\\]``)
-   the value ends at the closing delimiter. On a line that mixes prose and math, the math is the value: the first
-   math when it follows the marker directly (``$7$ (without quotes)``), else the last (``The smallest such value is
-   $9$.``), and a plain value a verb names after the math (``$y$ equals 9.``). Plain text loses a trailing remark
-   in parentheses, a sentence's lead-in (``... is 9``), and words after a number (``3 cm``). A final period, a
-   ``name =`` in front (``x = \\dfrac{3}{7}``) and spacing are dropped.
+   the value ends at the closing delimiter; a ``</answer>`` ends it too. An ``<answer>`` tag's value is its content
+   (read as an Answer line's when the tag was left open). On a line that mixes prose and math, the math is
+   the value: the first math when it follows the marker directly (``$7$ (without quotes)``), else the last (``The
+   smallest such value is $9$.``), and a plain value a verb names after the math (``$y$ equals 9.``). Plain text
+   loses a trailing remark in parentheses, a sentence's lead-in (``... is 9``), and words after a number (``3 cm``,
+   ``15 cm²``). A final period, a ``name =`` in front (``x = \\dfrac{3}{7}``) and spacing are dropped.
 4. **Cut off is unanswered.** A final answer that ends the completion unfinished (``tex.cut_off``: a ``\\boxed{``
    or a brace left open, an operator at its end, a ``\\frac`` short of an argument, an ``Answer:`` with nothing
    after it) was cut off by the token limit: the completion has no answer, and no earlier draft stands in for it.
@@ -30,8 +32,9 @@ The rules, in order (documented with their reasons in the README; cases in ``tes
    line of the reasoning, just before ``</think>``, is the answer: the reasoning closed on it.
 7. **math-verify's last resort.** A finished reply with no box, no marker and no phrase: the value math-verify's
    own unanchored extraction reads from its end (``last_resort``: the last math or number, as in "the area is 48
-   square meters." or a last line ``$x = 12$``). An unfinished one has no answer: the token limit cut it, and its
-   last number is whatever the model was computing.
+   square meters." or a last line ``$x = 12$``; ``tex.finished``: a closing ``</answer>`` may follow, and "$694."
+   in prose is a price, not open math). An unfinished one has no answer: the token limit cut it, and its last
+   number is whatever the model was computing.
 
 How an extracted answer is then read (as an integer, or by math-verify) is ``values``'s concern.
 """

@@ -86,7 +86,7 @@ class _Parser:
         return value
 
     def starts_operand(self, token: str) -> bool:
-        return token in _OPEN or token[0].isdigit() or token[0] == "." or token[0].isalpha() or token[0] == "\\"
+        return token in _OPEN or token[0].isdecimal() or token[0] == "." or token[0].isalpha() or token[0] == "\\"
 
     def power(self, depth: int, closer: str | None) -> Digits:
         while self.peek() in ("-", "+"):
@@ -120,7 +120,7 @@ class _Parser:
                 self.i += 1
             end = _OPEN.get(token, ")")
             return self.group(depth, end, parse)
-        if token[0].isdigit() or token[0] == ".":
+        if token[0].isdecimal() or token[0] == ".":
             return self.note(_digits(token))
         if token in _FRACTIONS:
             numerator, _ = self.atom(depth + 1, None, parse), self.atom(depth + 1, None, parse)

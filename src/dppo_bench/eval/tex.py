@@ -21,8 +21,13 @@ _OPEN_END = re.compile(
 )
 _TWO_ARGUMENTS = re.compile(r"\\(?:[dtc]?frac|binom)(?![A-Za-z])")
 _BRACKETS = re.compile(r"\\[{}]|\\.|[()\[\]]", re.DOTALL)  # escaped braces count; other escapes are skipped
+CLOSING_TAG = re.compile(r"</[A-Za-z_]+\s*>$")  # "</answer>" closing a tagged reply: markup, not content
+_TAG_CHARS = 40  # how far back a closing tag is looked for
 _MARKUP = frozenset(" \t\n\r\"'”’*_`)]")  # closing quotes, brackets and markdown after a sentence's end
 _SENTENCE_ENDS = (".", "!", "?", "$", "\\]", "\\)")
+# What follows a dollar sign that opens no math but prices something ("The total cost is $694.", "$57,500 a year"): an
+# amount, then prose without math (no command, brace, script or "=")
+_CURRENCY = re.compile(r"\d[\d,]*(?:\.\d+)?[^\\{}^_=$]*")
 
 
 def matching_braces(text: str, start: int) -> dict[int, int]:
@@ -128,8 +133,12 @@ def cut_off(value: str) -> bool:
 
 
 def still_open(s: str) -> bool:
-    """Whether ``s`` leaves a brace or a math delimiter open at its end."""
-    return _brace_depth(s) > 0 or math_pieces(s)[1] is not None
+    """Whether ``s`` leaves a brace or a math delimiter open at its end. A dollar sign left over before an amount
+    in prose ("The total cost is $694.") is a currency sign, not math left open."""
+    if _brace_depth(s) > 0:
+        return True
+    pieces, opened = math_pieces(s)
+    return opened is not None and not (opened == "$" and _CURRENCY.fullmatch(pieces[-1][1]))
 
 
 def outside_math(text: str, pos: int) -> int:
@@ -151,20 +160,27 @@ def outside_math(text: str, pos: int) -> int:
     return pos if opened is None else len(text)
 
 
-def _end_of_content(text: str) -> int:
-    """Where ``text`` ends less its closing quotes, brackets and markdown ("\\]" and "\\)" are math, and stay)."""
-    end = len(text)
-    while end and text[end - 1] in _MARKUP and not (text[end - 1] in ")]" and text[end - 2 : end - 1] == "\\"):
-        end -= 1
-    return end
+def _end_of_content(text: str) -> tuple[int, bool]:
+    """Where ``text`` ends less its closing quotes, brackets, markdown and closing tags ("\\]" and "\\)" are math,
+    and stay), and whether a closing tag ("</answer>") was among them."""
+    end, tagged = len(text), False
+    while True:
+        while end and text[end - 1] in _MARKUP and not (text[end - 1] in ")]" and text[end - 2 : end - 1] == "\\"):
+            end -= 1
+        start = max(0, end - _TAG_CHARS)
+        if (tag := CLOSING_TAG.search(text[start:end])) is None:
+            return end, tagged
+        end, tagged = start + tag.start(), True
 
 
 def finished(text: str) -> bool:
     """Whether a text ends the way a finished reply does: its last paragraph closes every brace and math delimiter,
     and its last line ends a sentence or a formula (".", "!", "?", "$", "\\]", "\\)", then perhaps closing quotes
-    or markdown, or a closed "**bold**"). The token limit cuts a completion anywhere, mostly mid-sentence."""
-    end = _end_of_content(text)
+    or markdown, or a closed "**bold**") or is closed by a tag ("= 181</answer>"). The token limit cuts a
+    completion anywhere, mostly mid-sentence; it does not write a closing tag."""
+    end, tagged = _end_of_content(text)
     body = text[:end]
     paragraph = body[body.rfind("\n\n") + 1 :]
     closed_bold = text[end:].lstrip().startswith("**") and paragraph.count("**") % 2 == 1
-    return bool(paragraph.strip()) and not still_open(paragraph) and (body.endswith(_SENTENCE_ENDS) or closed_bold)
+    ends = body.endswith(_SENTENCE_ENDS) or closed_bold or tagged  # a closing tag: the model ended its reply itself
+    return bool(paragraph.strip()) and not still_open(paragraph) and ends

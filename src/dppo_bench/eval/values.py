@@ -22,8 +22,9 @@ _ORDINAL = re.compile(
     r"\\(?:text|mathrm)\{\s*(?:st|nd|rd|th)\}|(?:st|nd|rd|th)\b)"
 )
 _UNIT_SUFFIX = re.compile(  # degrees, percent, or a unit in words: "25^\circ", "204 \text{ minutes}", "204 minutes"
-    r"(?:\^\{?\\circ\}?|\\%|%|\\(?:text|mbox)\{[A-Za-z ]*\}|\s+[A-Za-z]{2,}(?:\s+[A-Za-z]+)*)$"
+    r"(?:\^\{?\\circ\}?|\\%|%|\\(?:text|mbox)\{[A-Za-z ]*\}|\s+[A-Za-z]{2,}(?:\s+[A-Za-z]+)*[²³]?|\s+[A-Za-z][²³])$"
 )
+_DEGREE = re.compile(r"\s*\\degree(?![A-Za-z])")  # the gensymb/siunitx degree sign
 _MAX_INTEGER_CHARS = 80
 
 # How a benchmark's gold answers compare (dppo_bench.eval.grading.answer_kind): read from each answer ("auto"), all
@@ -45,8 +46,9 @@ def _unwrap(s: str) -> str:
 
 
 def comparable(answer: str) -> str:
-    """An extracted answer as the verifiers read it: "40°" is "40^\\circ", "11^{\\text{th}}" is "11"."""
-    return _ORDINAL.sub("", answer.replace("°", "^\\circ"))
+    """An extracted answer as the verifiers read it: "40°" and "40 \\degree" are "40^\\circ", "11^{\\text{th}}" is
+    "11"."""
+    return _ORDINAL.sub("", _DEGREE.sub(r"^\\circ", answer.replace("°", "^\\circ")))
 
 
 def as_integer(answer: str) -> int | None:
