@@ -19,15 +19,20 @@ class CorruptFileError(ValueError):
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
     """Replace ``path`` with what ``write`` writes to the binary file it is given, whole or not at all (a kill
-    leaves the old file or the new one, never a part): a sibling temporary file, synced, then renamed."""
+    leaves the old file or the new one, never a part): a sibling temporary file, synced, then renamed. A write that
+    fails (a full disk) removes its temporary file; one a kill cuts short leaves it, to be replaced by the next."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with tmp.open("wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a failed write (a full disk) leaves no part behind, and frees what it took
+        raise
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

@@ -20,6 +20,12 @@ from typing import Any
 from dppo_bench.io import CorruptFileError, atomic_write_text, read_json, read_jsonl
 
 
+# The files of one evaluated step, eval/<benchmark>/step<N>/: samples appear whole (generated or converted into the
+# partial file, then renamed), scores.json is written last
+SAMPLES, PARTIAL_SAMPLES, SCORES = "samples.jsonl.gz", "samples.partial.jsonl.gz", "scores.json"
+SUMMARY = "summary.json"  # eval/<benchmark>/summary.json: the pipeline's marker of a finished evaluation
+
+
 def _finite(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -53,7 +59,6 @@ class RunDir:
         info = {**self.read_run(), **fields}
         self.write_run(info)
         return info
-
 
     def start(self, setting, recipe, seed: int, inputs: dict) -> dict:
         """run.json at start; a rerun must be the same run (same recipe, setting and seed) to resume it."""
@@ -125,6 +130,12 @@ class RunDir:
         if len(keep) != len(rows) or not self.metrics.read_bytes().endswith(b"\n"):
             atomic_write_text(self.metrics, "".join(json.dumps(r, sort_keys=True) + "\n" for r in keep))
         return [r["step"] for r in keep]
+
+    def eval_dir(self, benchmark: str) -> Path:
+        return self.path / "eval" / benchmark
+
+    def eval_step_dir(self, benchmark: str, step: int) -> Path:
+        return self.eval_dir(benchmark) / f"step{step}"
 
     def checkpoint_dir(self, step: int) -> Path:
         return self.checkpoints / f"step_{step:06d}"

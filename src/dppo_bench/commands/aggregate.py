@@ -20,7 +20,7 @@ def aggregate(args: argparse.Namespace) -> int:
     from dppo_bench.aggregate.collect import collect
     from dppo_bench.aggregate.figures import plot
     from dppo_bench.aggregate.reference import load_references
-    from dppo_bench.aggregate.tables import table_rows, to_csv, to_latex, to_markdown
+    from dppo_bench.aggregate.tables import table_rows, to_csv, to_latex, to_markdown, write_tables
     from dppo_bench.config import find_experiment, find_method, find_setting
 
     experiment = find_experiment(args.experiment)
@@ -41,10 +41,7 @@ def aggregate(args: argparse.Namespace) -> int:
         return write_token_table(experiment, runs, args.runs, settings, out, args.only)
     if args.only != "figure":
         rows = table_rows(experiment, runs, references)
-        (out / "table.md").write_text(to_markdown(experiment, rows))
-        (out / "table.csv").write_text(to_csv(experiment, rows))
-        (out / "table.tex").write_text(to_latex(experiment, rows))
-        print((out / "table.md").read_text())
+        write_tables(out, to_markdown(experiment, rows), to_csv(experiment, rows), to_latex(experiment, rows))
     if args.only != "table":
         if not experiment.panels:
             raise ValueError(f"experiment {experiment.id!r} has no panels, so no figure")
@@ -54,12 +51,10 @@ def aggregate(args: argparse.Namespace) -> int:
 
 def write_token_table(experiment, runs, root: Path, settings, out: Path, only: str | None) -> int:
     from dppo_bench.aggregate import masked_tokens as table
+    from dppo_bench.aggregate.tables import write_tables
 
     if only == "figure":
         raise ValueError(f"experiment {experiment.id!r} is a table of masked tokens, with no figure")
     rows = table.token_rows(experiment, runs, root, settings)
-    (out / "table.md").write_text(table.to_markdown(experiment, runs, rows))
-    (out / "table.csv").write_text(table.to_csv(rows))
-    (out / "table.tex").write_text(table.to_latex(rows))
-    print((out / "table.md").read_text())
+    write_tables(out, table.to_markdown(experiment, runs, rows), table.to_csv(rows), table.to_latex(rows))
     return 0

@@ -40,11 +40,15 @@ def save_model(
     tmp = path.with_name(path.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    for name, data in (extra or {}).items():
-        (tmp / name).write_bytes(data)
-    write_checksums(tmp)
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        for name, data in (extra or {}).items():
+            (tmp / name).write_bytes(data)
+        write_checksums(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a failed save (a full disk) leaves no part behind
+        raise
     if path.exists():
         shutil.rmtree(path)
     tmp.replace(path)
