@@ -17,8 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from dppo_bench.io import CorruptFileError, atomic_write_text, read_json, read_jsonl
-
+from dppo_bench.io import CorruptFileError, atomic_write_text, naming, read_json, read_jsonl
 
 # The files of one evaluated step, eval/<benchmark>/step<N>/: samples appear whole (generated or converted into the
 # partial file, then renamed), scores.json is written last
@@ -100,7 +99,7 @@ class RunDir:
         """Append rows (each with an integer ``step``); non-finite floats become null."""
         if not rows:
             return
-        with self.metrics.open("a") as f:
+        with naming(self.metrics), self.metrics.open("a") as f:
             for row in rows:
                 f.write(json.dumps({k: _finite(v) for k, v in row.items()}, sort_keys=True) + "\n")
             f.flush()

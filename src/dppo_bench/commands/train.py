@@ -10,7 +10,7 @@ import argparse
 import os
 import signal
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from dppo_bench.io import file_sha256
@@ -131,9 +131,10 @@ def train_local(args: argparse.Namespace, setting, recipe) -> int:
         log_rows = log_rows_to(wb) if wb is not None else None
         outcome = LocalTrainer(run, run_dir, progress=not args.no_progress, log_rows=log_rows).fit()
     except BaseException as e:
-        run_dir.update_run(
-            status="failed" if isinstance(e, Exception) else "interrupted", error=repr(e), finished_at=now()
-        )
+        with suppress(OSError):  # a full disk may refuse this record too: the error to report is the first one
+            run_dir.update_run(
+                status="failed" if isinstance(e, Exception) else "interrupted", error=repr(e), finished_at=now()
+            )
         raise
     finally:
         if wb is not None:

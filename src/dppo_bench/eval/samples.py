@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dppo_bench.io import atomic_write_bytes
+from dppo_bench.io import atomic_write_bytes, naming
 
 FORMAT = "dppo-bench-samples/1"
 _CHUNK = 1 << 20
@@ -191,7 +191,7 @@ class SamplesWriter:
         return gzip.compress("".join(json.dumps(o, ensure_ascii=False) + "\n" for o in objs).encode(), mtime=0)
 
     def _write(self, objs: list[dict]) -> None:
-        with open(self.path, "ab") as f:
+        with naming(self.path), open(self.path, "ab") as f:
             f.write(self._member(objs))
             f.flush()
             os.fsync(f.fileno())
