@@ -81,6 +81,7 @@ def log_rows_to(run):
 def train(args: argparse.Namespace) -> int:
     from dppo_bench.config import SETTINGS_DIR, find_method, load_setting, locate
     from dppo_bench.config.suite import check_setting
+    from dppo_bench.eval.pins import check_file
     from dppo_bench.eval.spec import load_benchmark
     from dppo_bench.runlock import run_lock
 
@@ -89,6 +90,9 @@ def train(args: argparse.Namespace) -> int:
     recipe.profile(setting.hyperparameter_profile)  # fail now, not mid-run, on a missing profile
     # and on a bad eval spec, or one the backend cannot evaluate, not after training
     check_setting(setting, setting_path, {b: load_benchmark(b) for b in setting.eval.benchmarks})
+    val_data = [p for arg in args.val_data for p in arg.split(",") if p]
+    for data in [args.train_data, *val_data] if args.train_data else val_data:  # against what a spec pins for it
+        check_file(Path(data))
     if setting.backend == "verl":
         return train_verl(args, setting, recipe)
     if args.base_model is None or args.train_data is None:
