@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "experiments",
     "plan",
     "probe",
+    "verify",
 ]
 
 

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from dppo_bench.io import CorruptFileError, atomic_write_text, naming, read_json, read_jsonl
+from dppo_bench.io import CorruptFileError, atomic_write_text, file_sha256, naming, read_json, read_jsonl
 
 # The files of one evaluated step, eval/<benchmark>/step<N>/: samples appear whole (generated or converted into the
 # partial file, then renamed), scores.json is written last
@@ -93,7 +93,10 @@ class RunDir:
         )
 
     def mark_done(self, outcome: dict) -> None:
-        atomic_write_text(self.done, json.dumps(outcome, sort_keys=True) + "\n")
+        """The marker, with the sha256 of the records it vouches for: a later change to them is damage that
+        ``dppo-bench verify`` (and so aggregation) names."""
+        records = {p.name: file_sha256(p) for p in (self.run_json, self.metrics) if p.is_file()}
+        atomic_write_text(self.done, json.dumps({**outcome, "records": records}, sort_keys=True) + "\n")
 
     def append_metrics(self, rows: list[dict]) -> None:
         """Append rows (each with an integer ``step``); non-finite floats become null."""

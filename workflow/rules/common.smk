@@ -7,6 +7,7 @@ from snakemake.utils import validate
 from dppo_bench import config as dc
 from dppo_bench.config.suite import load_suite
 from dppo_bench.plan import PROBE_RUNTIME_MIN
+from dppo_bench.verify import changed_records
 
 validate(config, "../schemas/config.schema.yaml")
 
@@ -45,9 +46,12 @@ def run_targets(setting, method, seed):
 
 
 def experiment_inputs(w):
+    """Every run's markers, plus any record that changed after its marker vouched for it (changed_records): a
+    damaged scores.json or metrics.jsonl makes the aggregation run again, and verify there names it."""
     experiment = EXPERIMENTS[w.experiment]
     keys = experiment.run_keys(lambda s: SETTINGS[s].seeds)
-    return [t for key in keys for t in run_targets(*key)] + [probe_record(s) for s in experiment.probes]
+    changed = [p for s, m, seed in keys for p in changed_records(f"results/runs/{s}/{m}/seed{seed}")]
+    return [t for key in keys for t in run_targets(*key)] + [probe_record(s) for s in experiment.probes] + changed
 
 
 def probe_record(setting):

@@ -34,6 +34,7 @@ def aggregate(args: argparse.Namespace) -> int:
     settings = {g.setting: find_setting(g.setting) for g in experiment.runs}
     methods = {m: find_method(m) for g in experiment.runs for m in g.methods}
     runs = collect(experiment, settings, methods, args.runs)
+    refuse_damage(runs)
     references = load_references(experiment.id)
     usable = sum(r.usable for r in runs)
     print(f"{experiment.id}: {usable}/{len(runs)} runs usable -> {out}")
@@ -47,6 +48,18 @@ def aggregate(args: argparse.Namespace) -> int:
             raise ValueError(f"experiment {experiment.id!r} has no panels, so no figure")
         plot(experiment, runs, out / "figure", references)
     return 0
+
+
+def refuse_damage(runs) -> None:
+    """No table or figure from damaged records: name them, and remove the markers of those the pipeline makes
+    again (an evaluation's), so that the same command reruns what is needed."""
+    from dppo_bench.io import CorruptFileError
+    from dppo_bench.verify import redo, report
+
+    found = [d for run in runs for d in run.damage]
+    if found:
+        damaged = sum(bool(run.damage) for run in runs)
+        raise CorruptFileError(f"damaged records in {damaged} run(s):\n{report(found, redo(found))}")
 
 
 def write_token_table(experiment, runs, root: Path, settings, out: Path, only: str | None) -> int:

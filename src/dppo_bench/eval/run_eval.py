@@ -29,7 +29,8 @@ def evaluate_run(
     from dppo_bench.eval.data import problems_for
     from dppo_bench.eval.grading import GradingPool
     from dppo_bench.eval.spec import load_benchmark
-    from dppo_bench.rundir import RunDir
+    from dppo_bench.io import file_sha256
+    from dppo_bench.rundir import SCORES, RunDir
     from dppo_bench.runlock import run_lock
 
     spec = load_benchmark(benchmark)
@@ -50,6 +51,10 @@ def evaluate_run(
             avg = score_step(source, step, run.eval_step_dir(spec.id, step), spec, problems, pool, seed)
             summary["steps"][str(step)] = avg
             print(f"{run.path} step {step}: {spec.id} avg@{spec.n} = {avg:.4f}", flush=True)
+        # the sha256 of each scores.json it reports: a later change to one is damage that verify names
+        summary["records"] = {
+            f"step{s}/{SCORES}": file_sha256(run.eval_step_dir(spec.id, int(s)) / SCORES) for s in summary["steps"]
+        }
     return summary
 
 
