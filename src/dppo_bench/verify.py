@@ -126,9 +126,8 @@ def _marker(run: RunDir, found: list[Damage]) -> None:
 
 
 def _evaluation(eval_dir: Path, deep: bool, found: list[Damage]) -> None:
-    summary_path = eval_dir / SUMMARY
-    redo = summary_path if summary_path.exists() else None
-    summary = _read_object(summary_path, found, redo) if redo else None
+    summary_path = redo = eval_dir / SUMMARY  # without it, the pipeline evaluates again (whether it is there now)
+    summary = _read_object(summary_path, found, redo) if summary_path.exists() else None
     reported = summary.get("steps") if summary else None
     if summary is not None and not isinstance(reported, dict):
         found.append(_at(summary_path, "field 'steps': expected an object of step -> avg@n", redo))
@@ -231,31 +230,29 @@ def changed_records(run_path: Path | str) -> list[str]:
 
 
 def redo(found: list[Damage]) -> list[Path]:
-    """Remove the markers of damaged records that the pipeline makes again (each under its writer's lock, so never
-    under a running job); returns those removed. The damaged files stay, to be replaced whole when made again."""
-    from dppo_bench.runlock import LOCK_NAME, RunLockedError, run_lock
-
-    removed = []
-    for marker in sorted({d.redo for d in found if d.redo is not None}):
-        lock = "evaluate.lock" if marker.name == SUMMARY else LOCK_NAME
-        try:
-            with run_lock(marker.parent, lock):
-                marker.unlink(missing_ok=True)
-        except RunLockedError:
-            continue  # its writer is running now: it writes the marker again when it ends
-        removed.append(marker)
-    return removed
+    """Remove the markers of damaged records that the pipeline makes again; returns them. The damaged files stay,
+    to be replaced whole when made again. No lock is needed: a job writing a marker now writes it after making its
+    records (removed after that, the next run only confirms them)."""
+    markers = sorted({d.redo for d in found if d.redo is not None})
+    for marker in markers:
+        marker.unlink(missing_ok=True)
+    return markers
 
 
-def report(found: list[Damage], removed: list[Path]) -> str:
-    """The damage, one file a line, and what the user can do."""
+def report(found: list[Damage], gone: list[Path] | None) -> str:
+    """The damage, one file a line, and what the user can do about each; ``gone``: the markers :func:`redo`
+    removed (None: it was not asked to)."""
     lines = [f"  {d}" for d in found]
-    if removed:
-        lines.append(f"removed {', '.join(map(str, removed))}: rerun the same command to make those records again")
-    kept = [d for d in found if d.redo is None]
-    if kept:
+    markers = sorted({d.redo for d in found if d.redo is not None})
+    if markers and gone is None:
         lines.append(
-            f"{', '.join(sorted({str(d.path) for d in kept}))}: cannot be made again from the run; restore "
-            "from a copy, or move the run directory away to train the run again"
+            f"--redo removes {', '.join(map(str, markers))}: then the pipeline makes the damaged records again"
+        )
+    elif markers:
+        lines.append(f"removed {', '.join(map(str, gone))}: rerun the same command to make the damaged records again")
+    if kept := sorted({str(d.path) for d in found if d.redo is None}):
+        lines.append(
+            f"{', '.join(kept)}: cannot be made again from the run; restore from a copy, or move the run directory "
+            "away to train the run again"
         )
     return "\n".join(lines)

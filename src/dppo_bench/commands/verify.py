@@ -42,8 +42,5 @@ def verify(args: argparse.Namespace) -> int:
             print(f"{path}: {'DAMAGED' if damage else 'ok'}")
             found += damage
     if found:
-        removed = redo(found) if args.redo else []
-        print(f"{len(found)} damaged record(s):\n{report(found, removed)}")
-        if not args.redo and any(d.redo for d in found):
-            print("(--redo removes the markers of the records the pipeline makes again)")
+        print(f"{len(found)} damaged record(s):\n{report(found, redo(found) if args.redo else None)}")
     return 1 if found else 0
