@@ -49,6 +49,12 @@ def _read_object(path: Path, found: list[Damage], redo: Path | None = None) -> d
     return value
 
 
+def _records(marker: dict | None) -> dict:
+    """The ``records`` a marker holds (file -> sha256); none in a marker from before they were recorded."""
+    records = (marker or {}).get("records")
+    return {k: v for k, v in records.items() if isinstance(k, str)} if isinstance(records, dict) else {}
+
+
 def _recorded(path: Path, sha256: object, by: Path, event: str, found: list[Damage], redo: Path | None) -> None:
     """``path`` still has the sha256 ``by`` recorded for it when ``event``."""
     if not path.is_file():
@@ -121,7 +127,7 @@ def _marker(run: RunDir, found: list[Damage]) -> None:
     if not run.done.exists():
         return
     outcome = _read_object(run.done, found, run.done)
-    for name, sha256 in (outcome or {}).get("records", {}).items():
+    for name, sha256 in _records(outcome).items():
         _recorded(run.path / name, sha256, run.done, "the run finished", found, None)
 
 
@@ -142,7 +148,7 @@ def _evaluation(eval_dir: Path, deep: bool, found: list[Damage]) -> None:
         if scores is not None and scores.get(f"avg@{scores['n']}") != avg:
             got = scores.get(f"avg@{scores['n']}")
             found.append(_at(summary_path, f"field 'steps.{step}' is {avg}, but {step_dir / SCORES} has {got}", redo))
-    for name, sha256 in (summary or {}).get("records", {}).items():
+    for name, sha256 in _records(summary).items():
         _recorded(eval_dir / name, sha256, summary_path, "its evaluation finished", found, redo)
     for step, step_dir in sorted(present.items()):
         if str(step) not in (reported or {}) and (step_dir / SCORES).is_file():  # scored, not (yet) reported
@@ -217,10 +223,10 @@ def changed_records(run_path: Path | str) -> list[str]:
     changed: list[str] = []
     for marker in markers:
         try:
-            records = read_json(marker).get("records", {}) if marker.is_file() else {}
-        except (CorruptFileError, AttributeError):
+            value = read_json(marker) if marker.is_file() else None
+        except CorruptFileError:
             continue  # a damaged marker is an input of aggregation already: it reruns, and verify names it
-        for name, sha256 in records.items():
+        for name, sha256 in _records(value if isinstance(value, dict) else None).items():
             path = marker.parent / name
             if not path.is_file():
                 changed.append(str(path.parent if path.parent.is_dir() else marker.parent))
