@@ -104,8 +104,8 @@ def test_numbers_that_do_not_follow_from_the_counts_are_named(copy):
     assert all(d.redo == summary for d in verify_run(run))
 
 
-def test_damaged_samples_are_named_against_their_scores(copy):
-    run, _ = copy
+def test_damaged_samples_are_named_against_their_scores_and_made_again(copy):
+    run, data = copy
     samples = run.eval_step_dir("tiny_arith", 0) / "samples.jsonl.gz"
     rows = gzip.decompress(samples.read_bytes()).splitlines()
     samples.write_bytes(gzip.compress(b"\n".join(rows[:-1]) + b"\n"))  # one completion lost, still valid gzip
@@ -113,6 +113,12 @@ def test_damaged_samples_are_named_against_their_scores(copy):
     assert any(m.startswith(f"{samples}: changed after it was scored") for m in found), found
     assert any(m.startswith(f"{samples}: its rows per problem differ from") for m in found), found
     assert messages(run, deep=False) == []  # aggregation does not read samples
+
+    assert main(["verify", str(run.path), "--redo"]) == 1  # what the pipeline then redoes: the evaluation
+    assert not (run.eval_dir("tiny_arith") / "summary.json").exists()
+    assert main(evaluate_args(run.path, data)) == 0
+    assert gzip.decompress(samples.read_bytes()).splitlines()[1:] == rows[1:]  # generated again, the same
+    assert verify_run(run) == []
 
 
 def test_training_records_are_refused_and_never_removed(copy, tmp_path, capsys):

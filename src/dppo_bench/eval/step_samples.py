@@ -75,7 +75,7 @@ class GeneratedSamples:
         # into the partial file, which resumes a killed generation and becomes the samples file when complete; a whole
         # samples file (its scores are what is missing) is only checked: same header, nothing left to generate
         partial = samples.with_name(PARTIAL_SAMPLES)
-        target = samples if samples.is_file() and whole(samples) else partial
+        target = samples if samples.is_file() and whole(samples, self.problems, self.spec.n) else partial
         run_generation(
             backend,
             model,
@@ -160,19 +160,26 @@ def scores_match(scores: dict, samples: Path) -> bool:
     return samples.is_file() and isinstance(recorded, dict) and recorded.get("sha256") == file_sha256(samples)
 
 
-def whole(samples: Path) -> bool:
-    """Whether a samples file reads whole; a damaged one (its gzip, rows or last member) is made again, and replaced
-    whole when it is: it is derived from the checkpoint or the dump, which stay."""
+def whole(samples: Path, problems: ProblemSet | None = None, n: int | None = None) -> bool:
+    """Whether a samples file reads whole (and, given ``problems``, holds ``n`` samples of each and nothing else);
+    a damaged one is made again, and replaced whole when it is: it is derived from the checkpoint or the dump,
+    which stay."""
     from dppo_bench.eval.samples import SamplesError, read_samples
 
     try:
-        damaged = read_samples(samples).truncated_bytes > 0
-        message = f"{samples}: its last write is cut short"
+        read = read_samples(samples)
     except SamplesError as e:
-        damaged, message = True, str(e)
-    if damaged:
-        print(f"{message}; making the step's samples again", flush=True)
-    return not damaged
+        print(f"{e}; making the step's samples again", flush=True)
+        return False
+    counts: dict[str, int] = {}
+    for row in read.rows:
+        counts[row["problem_id"]] = counts.get(row["problem_id"], 0) + 1
+    why = f"its last {read.truncated_bytes} bytes are a write cut short" if read.truncated_bytes else None
+    if why is None and problems is not None and counts != {p.id: n for p in problems.problems}:
+        why = f"it does not hold {n} samples of each of the {len(problems.problems)} problems"
+    if why:
+        print(f"{samples}: {why}; making the step's samples again", flush=True)
+    return why is None
 
 
 def samples_source(
