@@ -8,8 +8,10 @@ so ``dppo-bench --help`` and the pipeline's dry runs stay fast.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
+from pathlib import Path
 
 from dppo_bench.config import ConfigError
 from dppo_bench.runlock import RunLockedError
@@ -26,6 +28,7 @@ COMMAND_MODULES = [
     "experiments",
     "plan",
     "probe",
+    "verify",
 ]
 
 
@@ -37,12 +40,44 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def unwritable(path: Path) -> Path:
+    """The directory that refused a write to ``path``: its nearest existing ancestor."""
+    path = path.absolute().parent
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def write_error(e: OSError) -> str | None:
+    """What a failed write means and what the user can do, naming the place; None for other OS errors."""
+    if e.filename is None:
+        return None
+    target = Path(e.filename)
+    if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        where = unwritable(target)
+        return (
+            f"{target}: cannot be written ({e.strerror}): {where} is read-only for this process. Make it writable "
+            f"(chmod -R u+w {where}, or remount it read-write), or run in a writable copy (snakemake --directory DIR "
+            "with the results there, or this command's --out elsewhere); no file was left half-written"
+        )
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return (
+            f"{target}: cannot be written ({e.strerror}). No file was left half-written: free space on "
+            f"{unwritable(target)} and rerun the same command, which resumes where this one stopped"
+        )
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args) or 0
-    except (ConfigError, FileNotFoundError, KeyError, ValueError, RunLockedError) as e:
+    except (ConfigError, FileNotFoundError, KeyError, ValueError, RunLockedError, OSError) as e:
         message = e.args[0] if isinstance(e, KeyError) and e.args else e
+        if isinstance(e, OSError) and not isinstance(e, FileNotFoundError):
+            message = write_error(e)
+            if message is None:
+                raise
         print(f"dppo-bench {args.command}: error: {message}", file=sys.stderr)
         return 2
 

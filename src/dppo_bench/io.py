@@ -6,7 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -17,17 +18,34 @@ class CorruptFileError(ValueError):
     """A file of a run that is damaged or not what it should be: the message names the file."""
 
 
+@contextmanager
+def naming(path: Path) -> Iterator[None]:
+    """An OSError of writing ``path`` (a full disk, a read-only directory) names it, as a write() does not."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is None and e.errno is not None:
+            raise OSError(e.errno, e.strerror, str(path)) from e
+        raise
+
+
 def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
     """Replace ``path`` with what ``write`` writes to the binary file it is given, whole or not at all (a kill
-    leaves the old file or the new one, never a part): a sibling temporary file, synced, then renamed."""
+    leaves the old file or the new one, never a part): a sibling temporary file, synced, then renamed. A write that
+    fails (a full disk) removes its temporary file; one a kill cuts short leaves it, to be replaced by the next."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    with naming(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with tmp.open("wb") as f:
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a failed write (a full disk) leaves no part behind, and frees what it took
+            raise
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

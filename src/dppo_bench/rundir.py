@@ -17,7 +17,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from dppo_bench.io import CorruptFileError, atomic_write_text, read_json, read_jsonl
+from dppo_bench.io import CorruptFileError, atomic_write_text, file_sha256, naming, read_json, read_jsonl
+
+# The files of one evaluated step, eval/<benchmark>/step<N>/: samples appear whole (generated or converted into the
+# partial file, then renamed), scores.json is written last
+SAMPLES, PARTIAL_SAMPLES, SCORES = "samples.jsonl.gz", "samples.partial.jsonl.gz", "scores.json"
+SUMMARY = "summary.json"  # eval/<benchmark>/summary.json: the pipeline's marker of a finished evaluation
 
 
 def _finite(value: Any) -> Any:
@@ -54,7 +59,6 @@ class RunDir:
         self.write_run(info)
         return info
 
-
     def start(self, setting, recipe, seed: int, inputs: dict) -> dict:
         """run.json at start; a rerun must be the same run (same recipe, setting and seed) to resume it."""
         from dppo_bench.provenance import now, provenance
@@ -89,13 +93,16 @@ class RunDir:
         )
 
     def mark_done(self, outcome: dict) -> None:
-        atomic_write_text(self.done, json.dumps(outcome, sort_keys=True) + "\n")
+        """The marker, with the sha256 of the records it vouches for: a later change to them is damage that
+        ``dppo-bench verify`` (and so aggregation) names."""
+        records = {p.name: file_sha256(p) for p in (self.run_json, self.metrics) if p.is_file()}
+        atomic_write_text(self.done, json.dumps({**outcome, "records": records}, sort_keys=True) + "\n")
 
     def append_metrics(self, rows: list[dict]) -> None:
         """Append rows (each with an integer ``step``); non-finite floats become null."""
         if not rows:
             return
-        with self.metrics.open("a") as f:
+        with naming(self.metrics), self.metrics.open("a") as f:
             for row in rows:
                 f.write(json.dumps({k: _finite(v) for k, v in row.items()}, sort_keys=True) + "\n")
             f.flush()
@@ -125,6 +132,12 @@ class RunDir:
         if len(keep) != len(rows) or not self.metrics.read_bytes().endswith(b"\n"):
             atomic_write_text(self.metrics, "".join(json.dumps(r, sort_keys=True) + "\n" for r in keep))
         return [r["step"] for r in keep]
+
+    def eval_dir(self, benchmark: str) -> Path:
+        return self.path / "eval" / benchmark
+
+    def eval_step_dir(self, benchmark: str, step: int) -> Path:
+        return self.eval_dir(benchmark) / f"step{step}"
 
     def checkpoint_dir(self, step: int) -> Path:
         return self.checkpoints / f"step_{step:06d}"

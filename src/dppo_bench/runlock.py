@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from dppo_bench.io import naming
+
 LOCK_NAME = "train.lock"
 
 
@@ -52,8 +54,9 @@ def run_lock(run_dir: Path | str, name: str = LOCK_NAME) -> Iterator[int]:
                 f"Wait for it to end, or stop it; its lock ({path}) is released when it exits."
             ) from None
         record = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": now(), "command": sys.argv}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
+        with naming(path):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
         yield fd
     finally:
         os.close(fd)  # releases the lock; the file stays (removing it would let two processes lock two files)

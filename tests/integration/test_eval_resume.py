@@ -57,17 +57,20 @@ def test_an_evaluation_killed_mid_generation_resumes_to_the_same_bytes(tmp_path)
         save_model(load_model(base), AutoTokenizer.from_pretrained(base), run.checkpoint_dir(0))
     subprocess.run(evaluate_cmd(whole.path, data), check=True, capture_output=True)
 
+    # generated into the partial file, which becomes samples.jsonl.gz only when complete
     samples = killed.path / "eval/tiny_arith/step0/samples.jsonl.gz"
+    partial = samples.with_name("samples.partial.jsonl.gz")
     proc = subprocess.Popen(evaluate_cmd(killed.path, data), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
-    while not (samples.is_file() and written_rows(samples)):  # the first problem is written
+    while not (partial.is_file() and written_rows(partial)):  # the first problem is written
         assert proc.poll() is None and time.monotonic() < deadline, "the evaluation ended before the kill"
         time.sleep(0.01)
     os.kill(proc.pid, signal.SIGKILL)  # while the rest of its chunk is appended (or the next one generated)
     proc.wait()
-    assert not (killed.path / "eval/tiny_arith/step0/scores.json").exists()
-    assert len(written_rows(samples)) < 150 * 4
+    assert not (killed.path / "eval/tiny_arith/step0/scores.json").exists() and not samples.exists()
+    assert len(written_rows(partial)) < 150 * 4
     subprocess.run(evaluate_cmd(killed.path, data), check=True, capture_output=True)
+    assert not partial.exists()
 
     assert samples_rows(killed.path) == samples_rows(whole.path)
     scores = [json.loads((r.path / "eval/tiny_arith/step0/scores.json").read_text()) for r in (whole, killed)]

@@ -1,7 +1,6 @@
 """`snakemake <id>_partial`: the aggregation of whatever runs exist now, with no training or evaluation job."""
 
-import json
-
+from record_fixtures import write_scores
 from snakemake_fixtures import job_counts, snakemake
 
 from dppo_bench.aggregate.series import series_stat
@@ -30,9 +29,7 @@ def write_completed_run(root, setting, method, rewards):
         }
     )
     run.append_metrics([{"step": i + 1, "train/reward_mean": r, "perf/step_s": 0.25} for i, r in enumerate(rewards)])
-    scores = run.path / "eval" / "tiny_arith" / "step3" / "scores.json"
-    scores.parent.mkdir(parents=True)
-    scores.write_text(json.dumps({"benchmark": "tiny_arith", "n": 4, "avg@4": 0.375}))
+    write_scores(run.path, "tiny_arith", 3, 4, 0.375)
     (run.path / "train.completed").write_text("{}\n")
 
 

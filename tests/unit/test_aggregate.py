@@ -2,10 +2,10 @@
 
 import csv
 import io
-import json
 
 import numpy as np
 import pytest
+from record_fixtures import write_scores
 
 from dppo_bench.aggregate.collect import collect
 from dppo_bench.aggregate.figures import plot
@@ -50,9 +50,7 @@ def write_run(root, method, seed, rewards, evals, *, status="completed", recipe_
     )
     run.append_metrics([{"step": i + 1, "train/reward_mean": r, "perf/step_s": 0.5 + i} for i, r in enumerate(rewards)])
     for step, value in evals.items():
-        path = run.path / "eval" / "tiny_arith" / f"step{step}" / "scores.json"
-        path.parent.mkdir(parents=True)
-        path.write_text(json.dumps({"benchmark": "tiny_arith", "n": 4, "avg@4": value}))
+        write_scores(run.path, "tiny_arith", step, 4, value)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import pytest
 from dppo_bench.cli import main
 from dppo_bench.eval.run_eval import evaluate_run
 from dppo_bench.eval.samples import read_samples
+from dppo_bench.io import file_sha256
 from dppo_bench.rundir import RunDir
 
 PROBLEMS = [
@@ -90,12 +91,14 @@ def test_the_command_writes_the_summary(run, tmp_path):
     out = tmp_path / "summary.json"
     args = ["evaluate", "--run-dir", str(run_dir.path), "--benchmark", "aime24", "--steps", "0,5"]
     assert main([*args, "--data", str(problems), "--out", str(out)]) == 0
+    scores = {s: run_dir.eval_step_dir("aime24", s) / "scores.json" for s in (0, 5)}
     assert json.loads(out.read_text()) == {
         "benchmark": "aime24",
         "n": 32,
         "metric": "avg@32",
         "steps": {"0": 0.625, "5": 0.25},
         "not_reached": [],
+        "records": {f"step{s}/scores.json": file_sha256(path) for s, path in scores.items()},  # what it vouches for
     }
 
 

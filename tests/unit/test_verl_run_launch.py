@@ -16,6 +16,7 @@ from verl_fixtures import FAKE_COMMAND, prepared_data, write_parquet, write_verl
 from dppo_bench.config import ConfigError, find_method, load_setting
 from dppo_bench.io import file_sha256
 from dppo_bench.rundir import RunDir
+from dppo_bench.verify import verify_run
 from dppo_bench.verl_plugin import launch as L
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,7 +60,9 @@ def test_a_clean_run_records_every_step_and_its_provenance(tmp_path, run_inputs)
     assert rows[5]["mismatch/abs_diff_mean"] == 0.0005 and rows[5]["tr/mask_frac"] == 0.005
     assert rows[3]["tr/is_ratio_max"] is None  # NaN -> null
     assert all("training/global_step" not in r and "actor/entropy" not in r for r in rows.values())
-    assert json.loads(run.run_dir.done.read_text()) == outcome
+    records = {p.name: file_sha256(p) for p in (run.run_dir.run_json, run.run_dir.metrics)}  # what it vouches for
+    assert json.loads(run.run_dir.done.read_text()) == {**outcome, "records": records}
+    assert verify_run(run.run_dir) == []  # a verl run's records verify (its checkpoints are verl's own)
 
     info = run.run_dir.read_run()
     assert info["status"] == "completed" and info["error"] is None and info["backend"] == "verl"

@@ -4,7 +4,7 @@
 
 rule aggregate_table:
     input:
-        experiment_file,
+        ancient(experiment_file),  # what of it (and of the recipes' names) is shown is params.shown (common.smk)
         experiment_inputs,
     output:
         multiext("results/{experiment}/table", ".md", ".csv", ".tex"),
@@ -13,6 +13,7 @@ rule aggregate_table:
     params:
         out=subpath(output[0], parent=True),
         runs=experiment_runs_identity,
+        shown=experiment_shown,
     conda:
         "../../environment.yml"
     shell:
@@ -21,7 +22,7 @@ rule aggregate_table:
 
 rule aggregate_figure:
     input:
-        experiment_file,
+        ancient(experiment_file),
         experiment_inputs,
     output:
         multiext("results/{experiment}/figure", ".png", ".pdf"),
@@ -30,6 +31,7 @@ rule aggregate_figure:
     params:
         out=subpath(output[0], parent=True),
         runs=experiment_runs_identity,
+        shown=experiment_shown,
     conda:
         "../../environment.yml"
     shell:

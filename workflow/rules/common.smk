@@ -7,6 +7,7 @@ from snakemake.utils import validate
 from dppo_bench import config as dc
 from dppo_bench.config.suite import load_suite
 from dppo_bench.plan import PROBE_RUNTIME_MIN
+from dppo_bench.verify import changed_records
 
 validate(config, "../schemas/config.schema.yaml")
 
@@ -45,9 +46,12 @@ def run_targets(setting, method, seed):
 
 
 def experiment_inputs(w):
+    """Every run's markers, plus any record that changed after its marker vouched for it (changed_records): a
+    damaged scores.json or metrics.jsonl makes the aggregation run again, and verify there names it."""
     experiment = EXPERIMENTS[w.experiment]
     keys = experiment.run_keys(lambda s: SETTINGS[s].seeds)
-    return [t for key in keys for t in run_targets(*key)] + [probe_record(s) for s in experiment.probes]
+    changed = [p for s, m, seed in keys for p in changed_records(f"results/runs/{s}/{m}/seed{seed}")]
+    return [t for key in keys for t in run_targets(*key)] + [probe_record(s) for s in experiment.probes] + changed
 
 
 def probe_record(setting):
@@ -146,17 +150,32 @@ def verl_only(resource):
 
 
 # What a run is (run.json's setting and recipe sha256, which the trainer compares before it resumes) is a
-# parameter of every job built from the run: an edited recipe or setting makes its training, evaluations, tables
-# and figures out of date. The trainer then refuses to overwrite the old run, and keeps refusing on every later
-# snakemake (even after a failed attempt removed train.completed), until the run directory is moved away or the
-# recipe restored: the old run is never reported as the new recipe's.
+# parameter of every job built from the run: an edit that changes what the run computes makes its training,
+# evaluations, tables and figures out of date. The trainer then refuses to overwrite the old run, and keeps refusing
+# on every later snakemake (even after a failed attempt removed train.completed), until the run directory is moved
+# away or the recipe restored: the old run is never reported as the new recipe's. The recipe files themselves are
+# ancient() inputs: their time is not what a job depends on, so a comment or a renamed display_name (which the
+# identity leaves out) plans no training; the tables and figures, which show the names, take them as a parameter.
 def run_identity(w):
     return f"{SETTINGS[w.setting].sha256()}:{METHODS[w.method].sha256()}"
 
 
+def setting_identity(w):
+    """What of a setting reaches a job that reads no method recipe (the mismatch probe)."""
+    return SETTINGS[w.setting].sha256()
+
+
+def base_identity(w):
+    """What of a local setting its tiny task data and base model are made from (dppo_bench.config.base_setting_id
+    compares the same): a label or a training value leaves them, and so the runs on them, as they are."""
+    local = SETTINGS[w.base].local
+    return dc.canonical_sha256([local.model.model_dump(), local.task.model_dump(), local.pretrain.model_dump()])
+
+
 def benchmark_identity(w):
-    """An edited eval spec makes the evaluations on it out of date (dppo-bench evaluate then refuses old scores)."""
-    return dc.canonical_sha256(BENCHMARKS[w.benchmark].model_dump(mode="json"))
+    """An edited eval spec makes the evaluations on it out of date (dppo-bench evaluate then refuses old scores);
+    its title and notes do not."""
+    return dc.identity_sha256(BENCHMARKS[w.benchmark], ("title", "notes"))
 
 
 def experiment_runs_identity(w):
@@ -164,6 +183,14 @@ def experiment_runs_identity(w):
     return dc.canonical_sha256(
         [[s, m, seed, SETTINGS[s].sha256(), METHODS[m].sha256()] for s, m, seed in keys]
     )
+
+
+def experiment_shown(w):
+    """What the tables and figures show besides the runs' records: the experiment and its names."""
+    experiment = EXPERIMENTS[w.experiment]
+    names = {g.setting: SETTINGS[g.setting].display_name for g in experiment.runs}
+    names |= {m: METHODS[m].display_name for g in experiment.runs for m in g.methods}
+    return dc.canonical_sha256([experiment.model_dump(mode="json"), names])
 
 
 # The probe of each backend is its own rule (probe.smk); each accepts only its backend's setting ids.

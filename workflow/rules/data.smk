@@ -4,7 +4,7 @@
 
 rule tiny_data:
     input:
-        base_setting_file,
+        ancient(base_setting_file),  # what of it reaches the data is params.identity (common.smk)
     output:
         train="results/data/tiny/{base}/train.jsonl",
         heldout="results/data/tiny/{base}/heldout.jsonl",
@@ -12,6 +12,7 @@ rule tiny_data:
         "logs/tiny_data/{base}.log",
     params:
         out=subpath(output.train, parent=True),
+        identity=base_identity,
     conda:
         "../../environment.yml"
     shell:
@@ -20,11 +21,13 @@ rule tiny_data:
 
 rule tiny_pretrain:
     input:
-        base_setting_file,
+        ancient(base_setting_file),
     output:
         directory("results/base/{base}/model"),
     log:
         "logs/tiny_pretrain/{base}.log",
+    params:
+        identity=base_identity,
     threads: lambda w: workflow.cores  # asked for when a job is planned: --unlock needs no --cores
     conda:
         "../../environment.yml"

@@ -4,13 +4,15 @@
 
 rule probe_mismatch_local:
     input:
-        setting=setting_file,
+        setting=ancient(setting_file),  # what of it reaches the probe is params.identity (common.smk)
         base=base_model,
         train=tiny_train_data,
     output:
         "results/probes/{setting}/mismatch.npz",
     log:
         "logs/probe_mismatch/{setting}.log",
+    params:
+        identity=setting_identity,
     wildcard_constraints:
         setting=LOCAL_SETTINGS,
     conda:
@@ -24,7 +26,7 @@ rule probe_mismatch_local:
 # under the probe's time limit (dppo_bench.plan.PROBE_RUNTIME_MIN, the one `dppo-bench plan` budgets).
 rule probe_mismatch_verl:
     input:
-        setting=setting_file,
+        setting=ancient(setting_file),
         train=verl_train_data,
         val=verl_val_data,
         model=verl_model,
@@ -32,6 +34,8 @@ rule probe_mismatch_verl:
         "results/probes/{setting}/mismatch.npz",
     log:
         "logs/probe_mismatch/{setting}.log",
+    params:
+        identity=setting_identity,
     wildcard_constraints:
         setting=VERL_SETTINGS,
     threads: verl_threads

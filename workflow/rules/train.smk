@@ -7,8 +7,8 @@
 rule train:
     input:
         unpack(train_inputs),
-        setting=setting_file,
-        method=method_file,
+        setting=ancient(setting_file),  # what of them reaches the run is params.identity (common.smk)
+        method=ancient(method_file),
     output:
         protected("results/runs/{setting}/{method}/seed{seed}/train.completed"),
     log:

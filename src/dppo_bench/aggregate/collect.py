@@ -1,7 +1,8 @@
 """Read the run directories of an experiment into per-run metric series.
 
 A run is used only if its run.json matches the current recipe and setting (same hashes): results
-of an edited recipe are reported as stale, never mixed in. Absent or failed runs stay in the list
+of an edited recipe are reported as stale, never mixed in. A used run's records are verified first
+(:mod:`dppo_bench.verify`): aggregation refuses damage instead of reading it. Absent or failed runs stay in the list
 with their status, so figures and tables show them as missing instead of dropping them.
 """
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from dppo_bench.config import Experiment, MethodRecipe, Setting
 from dppo_bench.io import read_json
 from dppo_bench.rundir import RunDir
+from dppo_bench.verify import Damage, verify_run
 
 USABLE = ("completed", "diverged")
 
@@ -26,6 +28,7 @@ class Run:
     dashed: bool
     status: str  # completed | diverged | running | failed | interrupted | missing | stale
     series: dict[str, dict[int, float]] = field(default_factory=dict)  # metric -> {step: value}
+    damage: list[Damage] = field(default_factory=list)  # what verify finds in a usable run's records
 
     @property
     def usable(self) -> bool:
@@ -63,6 +66,8 @@ def read_run(root: Path, setting: Setting, recipe: MethodRecipe, seed: int, labe
         return run
     run.status = info.get("status", "missing")
     if run.usable:
+        run.damage = verify_run(run_dir, deep=False)  # every record read here, before it is read
+    if run.usable and not run.damage:
         # online evaluation in metrics.jsonl (verl) is overridden by offline scores of the same metric
         run.series = {**train_series(run_dir.read_metrics()), **eval_series(run_dir.path)}
     return run

@@ -17,6 +17,7 @@ from dppo_bench.aggregate.reference import AT_STEP, Key, References, at_steps
 from dppo_bench.aggregate.series import gaussian_smooth
 from dppo_bench.aggregate.tables import grouped
 from dppo_bench.config import Experiment, Panel
+from dppo_bench.io import atomic_write
 
 
 def mean_curve(runs: list[Run], metric: str) -> tuple[np.ndarray, np.ndarray]:
@@ -131,7 +132,11 @@ def plot(experiment: Experiment, runs: list[Run], out_stem: Path, references: Re
     import matplotlib.pyplot as plt
 
     fig = draw(experiment, runs, references)
-    out_stem.parent.mkdir(parents=True, exist_ok=True)
-    for ext in (".png", ".pdf"):
-        fig.savefig(out_stem.with_suffix(ext), dpi=150)
+    save_figure(fig, out_stem)
     plt.close(fig)
+
+
+def save_figure(fig, out_stem: Path) -> None:
+    """``out_stem``.png and .pdf, each whole or not at all (a full disk leaves the old figure, never a part)."""
+    for ext in ("png", "pdf"):
+        atomic_write(out_stem.with_suffix(f".{ext}"), lambda f, ext=ext: fig.savefig(f, format=ext, dpi=150))

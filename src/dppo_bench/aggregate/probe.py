@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dppo_bench.aggregate.tables import write_tables
 from dppo_bench.config import Experiment
 from dppo_bench.probe.tokens import MismatchTokens, read_tokens
 
@@ -139,14 +140,12 @@ def aggregate_probes(experiment: Experiment, root: Path, out: Path, only: str | 
             raise ValueError(f"{probe_path(root, setting)}: probed with another version of setting {setting!r}; rerun")
     if only != "figure":
         rows = table_rows(records)
-        (out / "table.md").write_text(to_markdown(experiment, records, rows))
-        (out / "table.csv").write_text(to_csv(rows))
-        (out / "table.tex").write_text(to_latex(rows))
-        print((out / "table.md").read_text())
+        write_tables(out, to_markdown(experiment, records, rows), to_csv(rows), to_latex(rows))
     if only != "table":
         import matplotlib.pyplot as plt
 
+        from dppo_bench.aggregate.figures import save_figure
+
         fig = draw(experiment, records)
-        for ext in (".png", ".pdf"):
-            fig.savefig((out / "figure").with_suffix(ext), dpi=150)
+        save_figure(fig, out / "figure")
         plt.close(fig)

@@ -5,11 +5,20 @@ from __future__ import annotations
 import csv
 import io
 import statistics
+from pathlib import Path
 
 from dppo_bench.aggregate.collect import Run
 from dppo_bench.aggregate.reference import Key, References
 from dppo_bench.aggregate.series import series_stat
 from dppo_bench.config import Column, Experiment
+from dppo_bench.io import atomic_write_text
+
+
+def write_tables(out: Path, markdown: str, csv_text: str, latex: str) -> None:
+    """table.md, table.csv and table.tex of ``out``, each whole or not at all; the markdown is printed too."""
+    for name, text in (("table.md", markdown), ("table.csv", csv_text), ("table.tex", latex)):
+        atomic_write_text(out / name, text)
+    print(markdown)
 
 
 def grouped(runs: list[Run]) -> dict[str, list[Run]]:

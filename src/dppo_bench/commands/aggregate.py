@@ -20,7 +20,7 @@ def aggregate(args: argparse.Namespace) -> int:
     from dppo_bench.aggregate.collect import collect
     from dppo_bench.aggregate.figures import plot
     from dppo_bench.aggregate.reference import load_references
-    from dppo_bench.aggregate.tables import table_rows, to_csv, to_latex, to_markdown
+    from dppo_bench.aggregate.tables import table_rows, to_csv, to_latex, to_markdown, write_tables
     from dppo_bench.config import find_experiment, find_method, find_setting
 
     experiment = find_experiment(args.experiment)
@@ -34,6 +34,7 @@ def aggregate(args: argparse.Namespace) -> int:
     settings = {g.setting: find_setting(g.setting) for g in experiment.runs}
     methods = {m: find_method(m) for g in experiment.runs for m in g.methods}
     runs = collect(experiment, settings, methods, args.runs)
+    refuse_damage(runs)
     references = load_references(experiment.id)
     usable = sum(r.usable for r in runs)
     print(f"{experiment.id}: {usable}/{len(runs)} runs usable -> {out}")
@@ -41,10 +42,7 @@ def aggregate(args: argparse.Namespace) -> int:
         return write_token_table(experiment, runs, args.runs, settings, out, args.only)
     if args.only != "figure":
         rows = table_rows(experiment, runs, references)
-        (out / "table.md").write_text(to_markdown(experiment, rows))
-        (out / "table.csv").write_text(to_csv(experiment, rows))
-        (out / "table.tex").write_text(to_latex(experiment, rows))
-        print((out / "table.md").read_text())
+        write_tables(out, to_markdown(experiment, rows), to_csv(experiment, rows), to_latex(experiment, rows))
     if args.only != "table":
         if not experiment.panels:
             raise ValueError(f"experiment {experiment.id!r} has no panels, so no figure")
@@ -52,14 +50,24 @@ def aggregate(args: argparse.Namespace) -> int:
     return 0
 
 
+def refuse_damage(runs) -> None:
+    """No table or figure from damaged records: name them, and remove the markers of those the pipeline makes
+    again (an evaluation's), so that the same command reruns what is needed."""
+    from dppo_bench.io import CorruptFileError
+    from dppo_bench.verify import redo, report
+
+    found = [d for run in runs for d in run.damage]
+    if found:
+        damaged = sum(bool(run.damage) for run in runs)
+        raise CorruptFileError(f"damaged records in {damaged} run(s):\n{report(found, redo(found))}")
+
+
 def write_token_table(experiment, runs, root: Path, settings, out: Path, only: str | None) -> int:
     from dppo_bench.aggregate import masked_tokens as table
+    from dppo_bench.aggregate.tables import write_tables
 
     if only == "figure":
         raise ValueError(f"experiment {experiment.id!r} is a table of masked tokens, with no figure")
     rows = table.token_rows(experiment, runs, root, settings)
-    (out / "table.md").write_text(table.to_markdown(experiment, runs, rows))
-    (out / "table.csv").write_text(table.to_csv(rows))
-    (out / "table.tex").write_text(table.to_latex(rows))
-    print((out / "table.md").read_text())
+    write_tables(out, table.to_markdown(experiment, runs, rows), table.to_csv(rows), table.to_latex(rows))
     return 0

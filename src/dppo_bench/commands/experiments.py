@@ -85,8 +85,9 @@ def list_experiments(args: argparse.Namespace) -> int:
 
 def write_readme(args: argparse.Namespace) -> int:
     from dppo_bench.config import EXPERIMENTS_DIR
+    from dppo_bench.io import atomic_write_text
 
     out = args.out or EXPERIMENTS_DIR / "README.md"
-    out.write_text(render_index())
+    atomic_write_text(out, render_index())
     print(f"wrote {out}")
     return 0

@@ -31,13 +31,21 @@ def _local_setting(setting_id: str):
 
 
 def write_data(args: argparse.Namespace) -> int:
+    from dppo_bench.eval.data import problems_sha256
+    from dppo_bench.eval.pins import all_specs, check_digest
     from dppo_bench.local.pretrain import task_config
     from dppo_bench.local.task import make_splits, write_jsonl
 
     local = _local_setting(args.setting).local
     train, heldout = make_splits(local.task.seed, local.task.n_train, local.task.n_heldout, task_config(local))
-    write_jsonl(train, args.out / "train.jsonl")
-    write_jsonl(heldout, args.out / "heldout.jsonl")
+    splits = {args.out / "train.jsonl": train, args.out / "heldout.jsonl": heldout}
+    specs = all_specs()
+    for path, split in splits.items():  # a split a spec pins (tiny_sanity's) is checked before anything is written
+        digest = problems_sha256([e.problem() for e in split])
+        for spec in specs:
+            check_digest(spec, path, digest)
+    for path, split in splits.items():
+        write_jsonl(split, path)
     print(f"{args.out}: {len(train)} train, {len(heldout)} held-out problems")
     return 0
 

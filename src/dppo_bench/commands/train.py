@@ -10,7 +10,7 @@ import argparse
 import os
 import signal
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from dppo_bench.io import file_sha256
@@ -81,6 +81,7 @@ def log_rows_to(run):
 def train(args: argparse.Namespace) -> int:
     from dppo_bench.config import SETTINGS_DIR, find_method, load_setting, locate
     from dppo_bench.config.suite import check_setting
+    from dppo_bench.eval.pins import check_file
     from dppo_bench.eval.spec import load_benchmark
     from dppo_bench.runlock import run_lock
 
@@ -89,6 +90,9 @@ def train(args: argparse.Namespace) -> int:
     recipe.profile(setting.hyperparameter_profile)  # fail now, not mid-run, on a missing profile
     # and on a bad eval spec, or one the backend cannot evaluate, not after training
     check_setting(setting, setting_path, {b: load_benchmark(b) for b in setting.eval.benchmarks})
+    val_data = [p for arg in args.val_data for p in arg.split(",") if p]
+    for data in [args.train_data, *val_data] if args.train_data else val_data:  # against what a spec pins for it
+        check_file(Path(data))
     if setting.backend == "verl":
         return train_verl(args, setting, recipe)
     if args.base_model is None or args.train_data is None:
@@ -131,9 +135,10 @@ def train_local(args: argparse.Namespace, setting, recipe) -> int:
         log_rows = log_rows_to(wb) if wb is not None else None
         outcome = LocalTrainer(run, run_dir, progress=not args.no_progress, log_rows=log_rows).fit()
     except BaseException as e:
-        run_dir.update_run(
-            status="failed" if isinstance(e, Exception) else "interrupted", error=repr(e), finished_at=now()
-        )
+        with suppress(OSError):  # a full disk may refuse this record too: the error to report is the first one
+            run_dir.update_run(
+                status="failed" if isinstance(e, Exception) else "interrupted", error=repr(e), finished_at=now()
+            )
         raise
     finally:
         if wb is not None:

@@ -67,8 +67,12 @@ def check_profiles(
 
 def load_suite() -> Suite:
     """Every experiment, setting, method recipe and eval spec of the roots, each valid on its own and all
-    consistent (every run of every experiment has its hyperparameter profile too)."""
+    consistent (every run of every experiment has its hyperparameter profile too); every spec's local source that is
+    present normalizes to the sha256 the spec pins."""
+    from dppo_bench.eval.pins import check_present_sources, dataset_specs
+
     benchmarks = load_benchmarks()
+    check_present_sources([*benchmarks.values(), *dataset_specs()])
     settings = {}
     for path in setting_paths():
         settings[path.stem] = load_setting(path)

@@ -217,6 +217,14 @@ def normalize(rows: list[dict], fields: Fields, origin: str, dedupe: bool = Fals
     return problems, dropped
 
 
+def mismatch(origin: object, digest: str, spec: DatasetSpec, field: str, pinned: str) -> HashMismatch:
+    """The refusal of problems read from ``origin`` whose sha256 is not the one ``field`` of the spec pins."""
+    return HashMismatch(
+        f"{origin}: the normalized problem set has sha256 {digest}, but {spec.path} field '{field}' pins {pinned}: "
+        "this is not the problem set the spec names (prepare or generate the data again, or correct the pin)"
+    )
+
+
 # -- loading with hash verification --------------------------------------------------------------------------
 def load_problem_set(
     spec: DatasetSpec, *, source: Path | None = None, hub: bool | str = False, verify: bool = True
@@ -241,10 +249,7 @@ def load_problem_set(
     problems, dropped = normalize(rows, src.fields, origin, src.dedupe)
     digest = problems_sha256(problems)
     if verify and src.sha256 is not None and digest != src.sha256:
-        raise HashMismatch(
-            f"{origin}: the normalized problem set has sha256 {digest}, but {spec.path} field "
-            f"'{field_path}' pins {src.sha256}: this is not the problem set the spec names"
-        )
+        raise mismatch(origin, digest, spec, field_path, src.sha256)
     return ProblemSet(problems, digest, origin, "hub" if use_hub else "local", src.sha256, dropped)
 
 
@@ -261,6 +266,12 @@ def pinned_hashes(spec: DatasetSpec) -> set[str]:
 
 
 def problems_for(spec: DatasetSpec, data: Path | None = None) -> ProblemSet:
-    """What generation and scoring run on: a normalized file (``--data``), else the spec's default source,
-    hash-verified."""
-    return read_normalized(data) if data is not None else load_problem_set(spec)
+    """What generation and scoring run on: a normalized file (``--data``), else the spec's default source; either
+    checked against the sha256 the spec pins for it (:mod:`dppo_bench.eval.pins`)."""
+    if data is None:
+        return load_problem_set(spec)
+    from dppo_bench.eval.pins import check_digest
+
+    problems = read_normalized(data)
+    check_digest(spec, data, problems.sha256)
+    return problems

@@ -29,7 +29,8 @@ def evaluate_run(
     from dppo_bench.eval.data import problems_for
     from dppo_bench.eval.grading import GradingPool
     from dppo_bench.eval.spec import load_benchmark
-    from dppo_bench.rundir import RunDir
+    from dppo_bench.io import file_sha256
+    from dppo_bench.rundir import SCORES, RunDir
     from dppo_bench.runlock import run_lock
 
     spec = load_benchmark(benchmark)
@@ -41,15 +42,19 @@ def evaluate_run(
     source = samples_source(run, info, spec, problems, seed=seed, threads=threads, batch_size=batch_size)
     summary = {"benchmark": spec.id, "n": spec.n, "metric": f"avg@{spec.n}", "steps": {}, "not_reached": []}
     last_step = info.get("last_step")
-    eval_dir = run.path / "eval" / spec.id
+    eval_dir = run.eval_dir(spec.id)
     with run_lock(eval_dir, "evaluate.lock"), GradingPool(threads) as pool:
         for step in steps:
             if last_step is not None and step > last_step:
                 summary["not_reached"].append(step)
                 continue
-            avg = score_step(source, step, eval_dir / f"step{step}", spec, problems, pool, seed)
+            avg = score_step(source, step, run.eval_step_dir(spec.id, step), spec, problems, pool, seed)
             summary["steps"][str(step)] = avg
             print(f"{run.path} step {step}: {spec.id} avg@{spec.n} = {avg:.4f}", flush=True)
+        # the sha256 of each scores.json it reports: a later change to one is damage that verify names
+        summary["records"] = {
+            f"step{s}/{SCORES}": file_sha256(run.eval_step_dir(spec.id, int(s)) / SCORES) for s in summary["steps"]
+        }
     return summary
 
 
@@ -58,10 +63,11 @@ def score_step(source: StepSamples, step: int, step_dir: Path, spec, problems, p
     from dppo_bench.eval.samples import read_samples
     from dppo_bench.eval.score import score_samples, write_scores
     from dppo_bench.io import read_json
+    from dppo_bench.rundir import SAMPLES, SCORES
 
-    scores_path = step_dir / "scores.json"
+    scores_path = step_dir / SCORES
     if not source.scored(step, step_dir):
-        samples = step_dir / "samples.jsonl.gz"
+        samples = step_dir / SAMPLES
         source.write(step, samples)
         write_scores(score_samples(spec, problems, read_samples(samples), pool=pool, seed=seed), scores_path)
     return read_json(scores_path)[f"avg@{spec.n}"]

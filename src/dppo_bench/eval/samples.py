@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dppo_bench.io import atomic_write_bytes, naming
+
 FORMAT = "dppo-bench-samples/1"
 _CHUNK = 1 << 20
 GZIP_MAGIC = b"\x1f\x8b"  # the first two bytes of every gzip file
@@ -79,8 +81,9 @@ def _text_blocks(f) -> Iterator[tuple[bytes, int]]:
     yield data, len(data)
 
 
-def read_samples(path: Path) -> SamplesFile:
-    """Header, rows and integrity counts of a samples file (.jsonl.gz or .jsonl)."""
+def read_samples(path: Path, *, rows_required: bool = True) -> SamplesFile:
+    """Header, rows and integrity counts of a samples file (.jsonl.gz or .jsonl); ``rows_required=False`` accepts
+    a file with its header only (a generation to resume that wrote no problem yet)."""
     path = Path(path)
     if not path.is_file():
         raise SamplesError(f"{path}: file not found")
@@ -102,7 +105,7 @@ def read_samples(path: Path) -> SamplesFile:
         except zlib.error as e:
             raise SamplesError(f"{path}: corrupt gzip data after line {line_no}: {e}") from None
     out.truncated_bytes = size - out.valid_bytes
-    if not out.rows and not out.truncated_bytes:
+    if rows_required and not out.rows and not out.truncated_bytes:
         raise SamplesError(f"{path}: no samples (expected rows of {{problem_id, sample, completion}})")
     return out
 
@@ -189,12 +192,11 @@ class SamplesWriter:
             raise SamplesError(f"{self.path}: samples are written as .jsonl.gz (one gzip member per problem)")
         if self.path.exists():
             self._resume()
-        else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._write([self.header])
+        else:  # created whole with its header, or not at all: a full disk leaves no empty file to resume from
+            atomic_write_bytes(self.path, self._member([self.header]))
 
     def _resume(self) -> None:
-        existing = read_samples(self.path)
+        existing = read_samples(self.path, rows_required=False)
         old, new = comparable(existing.header), comparable(self.header)
         for key in sorted(set(old) | set(new)):
             if old.get(key) != new.get(key):
@@ -221,10 +223,13 @@ class SamplesWriter:
         self._write(rows)
         self.keys.update((problem_id, r["sample"]) for r in rows)
 
+    @staticmethod
+    def _member(objs: list[dict]) -> bytes:
+        return gzip.compress("".join(json.dumps(o, ensure_ascii=False) + "\n" for o in objs).encode(), mtime=0)
+
     def _write(self, objs: list[dict]) -> None:
-        data = gzip.compress("".join(json.dumps(o, ensure_ascii=False) + "\n" for o in objs).encode(), mtime=0)
-        with open(self.path, "ab") as f:
-            f.write(data)
+        with naming(self.path), open(self.path, "ab") as f:
+            f.write(self._member(objs))
             f.flush()
             os.fsync(f.fileno())
 

@@ -10,7 +10,6 @@ way whichever wrote it, so aggregation never knows which backend trained the run
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import asdict
 from pathlib import Path
@@ -18,8 +17,8 @@ from typing import Protocol
 
 from dppo_bench.eval.data import ProblemSet
 from dppo_bench.eval.spec import BenchmarkSpec
-from dppo_bench.io import read_json
-from dppo_bench.rundir import RunDir
+from dppo_bench.io import CorruptFileError, file_sha256, read_json
+from dppo_bench.rundir import PARTIAL_SAMPLES, SAMPLES, SCORES, RunDir
 
 
 class StepSamples(Protocol):
@@ -46,18 +45,18 @@ class GeneratedSamples:
         self.threads, self.batch_size = threads, batch_size
 
     def scored(self, step: int, step_dir: Path) -> bool:
-        """Scores on disk are reused, but never silently when the spec now samples differently: generating costs,
-        so the old scores are not overwritten either (the user moves them away)."""
-        scores_path = step_dir / "scores.json"
-        if not scores_path.exists():
+        """Scores of these very samples are reused, but never silently when the spec now samples differently:
+        generating costs, so the old scores are not overwritten either (the user moves them away)."""
+        scores = readable_scores(step_dir)
+        if scores is None:
             return False
-        recorded = read_json(scores_path).get("sampling")
+        recorded = scores.get("sampling")
         if recorded != asdict(self.sampling):
             raise ValueError(
-                f"{scores_path}: scored with sampling {recorded}, but {self.spec.id} now asks for "
+                f"{step_dir / SCORES}: scored with sampling {recorded}, but {self.spec.id} now asks for "
                 f"{asdict(self.sampling)}; move {step_dir.parent} away to evaluate again"
             )
-        return True
+        return scores_match(scores, step_dir / SAMPLES)
 
     def write(self, step: int, samples: Path) -> None:
         import torch
@@ -73,16 +72,22 @@ class GeneratedSamples:
         torch.set_num_threads(self.threads)
         model = resolve_model(str(checkpoint))
         backend = HFBackend(model.path, self.sampling, device="cpu", batch_size=self.batch_size)
-        run_generation(  # straight into the samples file: it resumes a killed generation
+        # into the partial file, which resumes a killed generation and becomes the samples file when complete; a whole
+        # samples file (its scores are what is missing) is only checked: same header, nothing left to generate
+        partial = samples.with_name(PARTIAL_SAMPLES)
+        target = samples if samples.is_file() and whole(samples, self.problems, self.spec.n) else partial
+        run_generation(
             backend,
             model,
             self.problems.problems,
             load_prompt(self.spec.prompt),
             self.sampling,
-            samples,
+            target,
             benchmark=self.spec.id,
             data_sha256=self.problems.sha256,
         )
+        if target == partial:
+            os.replace(partial, samples)
 
 
 class VerlDumpSamples:
@@ -106,17 +111,13 @@ class VerlDumpSamples:
     def scored(self, step: int, step_dir: Path) -> bool:
         """Reused only when computed from samples converted from this very dump: a resumed attempt that validated
         the step again wrote a new one. Converting costs nothing, so other scores are simply replaced."""
+        dump, samples, scores = self.dump(step), step_dir / SAMPLES, readable_scores(step_dir)
+        if scores is None or not (dump.is_file() and samples.is_file() and whole(samples)):
+            return False
         from dppo_bench.eval.samples import read_samples
 
-        dump, samples, scores_path = self.dump(step), step_dir / "samples.jsonl.gz", step_dir / "scores.json"
-        if not (dump.is_file() and samples.is_file() and scores_path.is_file()):
-            return False
         source = read_samples(samples).header.get("source", {})
-        samples_sha = hashlib.sha256(samples.read_bytes()).hexdigest()
-        return (
-            source.get("sha256") == hashlib.sha256(dump.read_bytes()).hexdigest()
-            and read_json(scores_path).get("samples", {}).get("sha256") == samples_sha
-        )
+        return source.get("sha256") == file_sha256(dump) and scores_match(scores, samples)
 
     def write(self, step: int, samples: Path) -> None:
         from dppo_bench.eval.verl_dump import convert_dump
@@ -125,7 +126,7 @@ class VerlDumpSamples:
         if not dump.is_file():
             raise FileNotFoundError(f"{dump}: no validation dump for step {step} of this run")
         samples.parent.mkdir(parents=True, exist_ok=True)
-        tmp = samples.with_name("samples.tmp.jsonl.gz")  # a converted file appears whole, or not at all
+        tmp = samples.with_name(PARTIAL_SAMPLES)  # a converted file appears whole, or not at all
         tmp.unlink(missing_ok=True)
         convert_dump(
             dump,
@@ -137,6 +138,48 @@ class VerlDumpSamples:
             template=self.spec.prompt,
         )
         os.replace(tmp, samples)
+
+
+def readable_scores(step_dir: Path) -> dict | None:
+    """The step's scores.json, or None when there is none or it is damaged: scores are derived from the samples, so
+    a damaged file is scored again (and replaced whole) rather than blocking every rerun."""
+    path = step_dir / SCORES
+    if not path.is_file():
+        return None
+    try:
+        scores = read_json(path)
+    except CorruptFileError as e:
+        print(f"{e}; scoring the step again", flush=True)
+        return None
+    return scores if isinstance(scores, dict) else None
+
+
+def scores_match(scores: dict, samples: Path) -> bool:
+    """Whether ``scores`` were computed from the samples file as it is now (the sha256 scores.json records)."""
+    recorded = scores.get("samples")
+    return samples.is_file() and isinstance(recorded, dict) and recorded.get("sha256") == file_sha256(samples)
+
+
+def whole(samples: Path, problems: ProblemSet | None = None, n: int | None = None) -> bool:
+    """Whether a samples file reads whole (and, given ``problems``, holds ``n`` samples of each and nothing else);
+    a damaged one is made again, and replaced whole when it is: it is derived from the checkpoint or the dump,
+    which stay."""
+    from dppo_bench.eval.samples import SamplesError, read_samples
+
+    try:
+        read = read_samples(samples)
+    except SamplesError as e:
+        print(f"{e}; making the step's samples again", flush=True)
+        return False
+    counts: dict[str, int] = {}
+    for row in read.rows:
+        counts[row["problem_id"]] = counts.get(row["problem_id"], 0) + 1
+    why = f"its last {read.truncated_bytes} bytes are a write cut short" if read.truncated_bytes else None
+    if why is None and problems is not None and counts != {p.id: n for p in problems.problems}:
+        why = f"it does not hold {n} samples of each of the {len(problems.problems)} problems"
+    if why:
+        print(f"{samples}: {why}; making the step's samples again", flush=True)
+    return why is None
 
 
 def samples_source(

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from dppo_bench.io import write_checksums
+from dppo_bench.io import naming, write_checksums
 
 
 def build_model(arch: dict, tokenizer: PreTrainedTokenizerFast, seed: int) -> LlamaForCausalLM:
@@ -40,11 +42,19 @@ def save_model(
     tmp = path.with_name(path.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    for name, data in (extra or {}).items():
-        (tmp / name).write_bytes(data)
-    write_checksums(tmp)
+    try:
+        with naming(path):
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            for name, data in (extra or {}).items():
+                (tmp / name).write_bytes(data)
+            write_checksums(tmp)
+    except BaseException as e:
+        shutil.rmtree(tmp, ignore_errors=True)  # a failed save (a full disk) leaves no part behind
+        code = None if isinstance(e, OSError) else re.search(r"os error (\d+)", str(e))
+        if code:  # safetensors reports the OS error in its own exception: make it one naming the checkpoint
+            raise OSError(int(code[1]), os.strerror(int(code[1])), str(path)) from e
+        raise
     if path.exists():
         shutil.rmtree(path)
     tmp.replace(path)

@@ -251,8 +251,8 @@ class LocalTrainer:
         steps before it, not a crash of the pipeline.
         """
         start = self._load()
-        if start == 0:
-            self._checkpoint(0, [])  # step 0 = the base model, evaluated like every other step
+        if not self.dir.saved_steps():
+            self._checkpoint(0, [])  # step 0 = the base model, evaluated like every other step (saved once)
         rows: list[dict] = []
         bar = tqdm(range(start + 1, self.train.steps + 1), desc=self.dir.path.name, disable=not self.progress)
         for step in bar:
