@@ -40,6 +40,7 @@ from dppo_bench.config.roots import (
 )
 from dppo_bench.config.settings import (
     LocalSpec,
+    RolloutFormat,
     Setting,
     base_setting_id,
     find_setting,
@@ -69,6 +70,7 @@ __all__ = [
     "MaskedTokenTable",
     "MethodRecipe",
     "Panel",
+    "RolloutFormat",
     "RunGroup",
     "Setting",
     "Strict",

@@ -55,6 +55,25 @@ class Column(Strict):
     smooth: Annotated[float, Field(ge=0)] = 0.0  # Gaussian sigma before the statistic (a figure panel's smoothing)
 
 
+class Curve(Strict):
+    """One curve of an experiment: a method in a setting (its seeds are the experiment's)."""
+
+    setting: str
+    method: str
+
+
+class Contrast(Strict):
+    """A difference between two curves' statistic, seed by seed (run minus control, paired by seed), with the 95%
+    t-interval of its mean over the seeds: how a calibration's criterion is read (recipes/settings/tiny_tail.yaml)."""
+
+    title: str
+    metric: str
+    stat: TableStat
+    run: Curve
+    control: Curve
+    smooth: Annotated[float, Field(ge=0)] = 0.0
+
+
 class MaskedTokenTable(Strict):
     """App. D: each run's most frequently masked tokens among A > 0 and A < 0 tokens, decoded."""
 
@@ -74,6 +93,7 @@ class Experiment(Strict):
     seeds: list[Seed] | None = Field(None, min_length=1)  # default: each setting's seeds
     panels: list[Panel] = []
     columns: list[Column] = []
+    contrasts: list[Contrast] = []  # differences between curves, with their intervals, below the table
     masked_tokens: MaskedTokenTable | None = None  # the table is the runs' masked tokens (App. D)
     panel_columns: PositiveInt = 4  # figure layout: panels per row
 
@@ -98,6 +118,13 @@ class Experiment(Strict):
                 raise FieldError(f"panels.{i}", "probe panels belong to probe experiments, metric panels to runs")
         if self.masked_tokens is not None and self.columns:
             raise FieldError("columns", "the table of a masked_tokens experiment is the token table")
+        for i, contrast in enumerate(self.contrasts):
+            for side in ("run", "control"):
+                curve = getattr(contrast, side)
+                if (curve.setting, curve.method) not in listed:
+                    raise FieldError(
+                        f"contrasts.{i}.{side}", f"method {curve.method!r} of setting {curve.setting!r} is not in runs"
+                    )
         return self
 
     def run_keys(self, seeds_of: Callable[[str], list[int]]) -> list[tuple[str, str, int]]:
@@ -132,7 +159,8 @@ def metric_fields(experiment: Experiment) -> list[tuple[str, str, str | None]]:
         for i, panel in enumerate(experiment.panels)
         for j, metric in enumerate(panel.metrics)
     ]
-    return fields + [(f"columns.{i}.metric", column.metric, None) for i, column in enumerate(experiment.columns)]
+    fields += [(f"columns.{i}.metric", column.metric, None) for i, column in enumerate(experiment.columns)]
+    return fields + [(f"contrasts.{i}.metric", c.metric, c.run.setting) for i, c in enumerate(experiment.contrasts)]
 
 
 def check_metrics(experiment: Experiment, path: Path, settings: dict[str, Setting]) -> None:
