@@ -37,7 +37,7 @@ class Panel(Strict):
     yscale: Literal["linear", "log"] = "linear"
     smooth: Annotated[float, Field(ge=0.0)] = 0.0  # Gaussian sigma in logged points; the paper: 2, AIME: 0
     ylabel: str | None = None
-    setting: str | None = None  # only the runs of this setting (side-by-side panels per setting)
+    setting: str | None = None  # only the runs (or the probe) of this setting (side-by-side panels per setting)
 
     @model_validator(mode="after")
     def _check(self) -> Panel:
@@ -167,7 +167,10 @@ def check_metrics(experiment: Experiment, path: Path, settings: dict[str, Settin
     """Every metric a panel draws or a column reports is one the runs write: a canonical name, or the score of a
     benchmark its settings evaluate. Otherwise the curve or column would come out empty, silently."""
     for i, panel in enumerate(experiment.panels):
-        if panel.setting is not None and panel.setting not in settings:
+        if experiment.probes and panel.setting is not None and panel.setting not in experiment.probes:
+            message = f"setting {panel.setting!r} is not probed in this experiment; it probes {', '.join(experiment.probes)}"
+            raise ConfigError(path, f"panels.{i}.setting", message)
+        if not experiment.probes and panel.setting is not None and panel.setting not in settings:
             message = f"setting {panel.setting!r} has no runs in this experiment; it runs {', '.join(settings)}"
             raise ConfigError(path, f"panels.{i}.setting", message)
     for field, metric, only in metric_fields(experiment):
