@@ -69,3 +69,12 @@ def test_a_contrast_names_curves_of_the_runs():
     bad = {**CONTRAST, "control": {"setting": "tiny_smoke", "method": "minirl"}}
     with pytest.raises(ConfigError, match=r"x.yaml: field 'contrasts.0.control': method 'minirl' .* not in runs"):
         validate(Experiment, {**BASE, "contrasts": [bad]}, Path("x.yaml"))
+
+
+def test_a_curve_against_itself_at_another_statistic(tmp_path):
+    growth = {**CONTRAST, "title": "end - start", "run": CONTRAST["control"], "control_stat": "start"}
+    experiment = Experiment.model_validate({**BASE, "contrasts": [growth]})
+    for seed, rewards in enumerate([[0.1] * 10 + [0.3] * 10, [0.2] * 10 + [0.2] * 10]):
+        write_run(tmp_path, "pg_is", seed, rewards, {})
+    (row,) = contrast_rows(experiment, collect(experiment, {"tiny_smoke": SETTING}, METHODS, tmp_path))
+    assert row["seeds"] == [0, 1] and row["difference"] == pytest.approx([0.2, 0.0])  # first / last tenth: 2 steps

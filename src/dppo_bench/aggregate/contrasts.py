@@ -28,12 +28,12 @@ def t_quantile(p: float, df: int) -> float:
     return float(mpmath.findroot(cdf_gap, (0.0, 1000.0), solver="bisect"))
 
 
-def per_seed(runs: list[Run], curve: Curve, contrast: Contrast) -> dict[int, float]:
-    """The statistic of each usable seed of ``curve``."""
+def per_seed(runs: list[Run], curve: Curve, contrast: Contrast, stat: str) -> dict[int, float]:
+    """The statistic ``stat`` of each usable seed of ``curve``."""
     out = {}
     for run in runs:
         if run.usable and (run.setting, run.method) == (curve.setting, curve.method):
-            value = series_stat(run.series.get(contrast.metric, {}), contrast.stat, contrast.smooth)
+            value = series_stat(run.series.get(contrast.metric, {}), stat, contrast.smooth)
             if value is not None:
                 out[run.seed] = value
     return out
@@ -52,7 +52,8 @@ def interval(values: list[float]) -> tuple[float, float] | None:
 def contrast_rows(experiment: Experiment, runs: list[Run]) -> list[dict]:
     rows = []
     for contrast in experiment.contrasts:
-        run, control = per_seed(runs, contrast.run, contrast), per_seed(runs, contrast.control, contrast)
+        run = per_seed(runs, contrast.run, contrast, contrast.stat)
+        control = per_seed(runs, contrast.control, contrast, contrast.control_stat or contrast.stat)
         seeds = sorted(run.keys() & control.keys())
         diffs = [run[s] - control[s] for s in seeds]
         rows.append(

@@ -64,13 +64,15 @@ class Curve(Strict):
 
 class Contrast(Strict):
     """A difference between two curves' statistic, seed by seed (run minus control, paired by seed), with the 95%
-    t-interval of its mean over the seeds: how a calibration's criterion is read (recipes/settings/tiny_tail.yaml)."""
+    t-interval of its mean over the seeds: how a calibration's criterion is read (recipes/settings/tiny_tail.yaml).
+    ``control_stat`` compares two statistics instead (a curve's end minus its own start: the same curve twice)."""
 
     title: str
     metric: str
     stat: TableStat
     run: Curve
     control: Curve
+    control_stat: TableStat | None = None  # default: stat
     smooth: Annotated[float, Field(ge=0)] = 0.0
 
 
@@ -168,7 +170,8 @@ def check_metrics(experiment: Experiment, path: Path, settings: dict[str, Settin
     benchmark its settings evaluate. Otherwise the curve or column would come out empty, silently."""
     for i, panel in enumerate(experiment.panels):
         if experiment.probes and panel.setting is not None and panel.setting not in experiment.probes:
-            message = f"setting {panel.setting!r} is not probed in this experiment; it probes {', '.join(experiment.probes)}"
+            probed = ", ".join(experiment.probes)
+            message = f"setting {panel.setting!r} is not probed in this experiment; it probes {probed}"
             raise ConfigError(path, f"panels.{i}.setting", message)
         if not experiment.probes and panel.setting is not None and panel.setting not in settings:
             message = f"setting {panel.setting!r} has no runs in this experiment; it runs {', '.join(settings)}"

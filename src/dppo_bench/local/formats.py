@@ -70,7 +70,8 @@ def engine_weights(name: str, w: torch.Tensor, fmt: RolloutFormat) -> torch.Tens
 
 def linear_layers(model: torch.nn.Module, head: bool) -> list[torch.nn.Linear]:
     """The decoder's linear layers, and the output head with ``head``."""
-    return [m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and (head or "lm_head" not in name)]
+    modules = model.named_modules()
+    return [m for name, m in modules if isinstance(m, torch.nn.Linear) and (head or "lm_head" not in name)]
 
 
 def fp8_input_hook(_module: torch.nn.Module, args: tuple) -> tuple:

@@ -19,8 +19,8 @@ moves the ratio most), and a rare word carries meaning: it is the hesitation tha
 
 from __future__ import annotations
 
-import random
 import itertools
+import random
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
