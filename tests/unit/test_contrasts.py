@@ -78,3 +78,12 @@ def test_a_curve_against_itself_at_another_statistic(tmp_path):
         write_run(tmp_path, "pg_is", seed, rewards, {})
     (row,) = contrast_rows(experiment, collect(experiment, {"tiny_smoke": SETTING}, METHODS, tmp_path))
     assert row["seeds"] == [0, 1] and row["difference"] == pytest.approx([0.2, 0.0])  # first / last tenth: 2 steps
+
+
+def test_two_curves_with_one_label_are_refused(tmp_path):
+    # the same method in two settings under the default label would merge into one table row
+    groups = [{"setting": "tiny_smoke", "methods": ["pg_is"]}, {"setting": "tiny_smoke2", "methods": ["pg_is"]}]
+    experiment = Experiment.model_validate({**BASE, "runs": groups})
+    settings = {"tiny_smoke": SETTING, "tiny_smoke2": SETTING.model_copy(update={"id": "tiny_smoke2"})}
+    with pytest.raises(ValueError, match=r"pg_is on tiny_smoke and pg_is on tiny_smoke2 are both labelled 'PG-IS'"):
+        collect(experiment, settings, METHODS, tmp_path)

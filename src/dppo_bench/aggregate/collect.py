@@ -76,13 +76,19 @@ def read_run(root: Path, setting: Setting, recipe: MethodRecipe, seed: int, labe
 def collect(
     experiment: Experiment, settings: dict[str, Setting], methods: dict[str, MethodRecipe], root: Path
 ) -> list[Run]:
-    runs = []
+    runs, curves = [], {}
     for group in experiment.runs:
         setting = settings[group.setting]
         seeds = experiment.seeds if experiment.seeds is not None else setting.seeds
         for method in group.methods:
             recipe = methods[method]
             label = group.label.format(display_name=recipe.display_name, method=method, setting=setting.id)
+            other = curves.setdefault(label, (setting.id, method))
+            if other != (setting.id, method):  # a table row and a curve are one label: two runs would merge
+                raise ValueError(
+                    f"experiment {experiment.id}: {other[1]} on {other[0]} and {method} on {setting.id} are both "
+                    f"labelled {label!r}; give one of the groups its own label"
+                )
             for seed in seeds:
                 runs.append(read_run(root, setting, recipe, seed, label, group.dashed))
     return runs
