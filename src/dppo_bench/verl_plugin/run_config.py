@@ -28,6 +28,8 @@ CPU_SWITCH = "DPPO_BENCH_VERL_DEVICE"  # =cpu: the plugin makes verl run on the 
 def cpu_requested() -> bool:
     """Whether this process runs verl on the CPU (the switch in its environment: see :func:`device_env`)."""
     return os.environ.get(CPU_SWITCH, "").strip().lower() == "cpu"
+
+
 MASKED_TOKENS_DIR_ENV = "DPPO_BENCH_MASKED_TOKENS_DIR"  # read by dppo_bench.verl_plugin.masked_tokens
 
 
