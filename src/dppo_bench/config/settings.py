@@ -67,17 +67,6 @@ class EvalSpec(Strict):
     offline: list[str] = []
     every: PositiveInt  # evaluate every this many steps
 
-    @model_validator(mode="after")
-    def _check_lists(self) -> EvalSpec:
-        if not self.online and not self.offline:
-            raise FieldError("offline", "list at least one benchmark (eval.online or eval.offline)")
-        listed = self.benchmarks
-        twice = sorted({b for b in listed if listed.count(b) > 1})
-        if twice:
-            field = "online" if len(set(self.online)) < len(self.online) else "offline"
-            raise FieldError(field, f"{twice} listed twice: a benchmark is scored online or offline, once")
-        return self
-
     @property
     def benchmarks(self) -> list[str]:
         """Every benchmark the runs are scored on: the online ones, then the offline ones."""
@@ -207,6 +196,12 @@ class Setting(Strict):
             raise FieldError("train.mini_batches", "must divide prompts_per_step (verl counts mini-batches in prompts)")
         if len(set(self.seeds)) < len(self.seeds):
             raise FieldError("seeds", f"a seed is listed twice: {self.seeds}")
+        benchmarks = self.eval.benchmarks
+        if not benchmarks:
+            raise FieldError("eval.offline", "list at least one benchmark (eval.online or eval.offline)")
+        if twice := sorted({b for b in benchmarks if benchmarks.count(b) > 1}):
+            field = "eval.online" if len(set(self.eval.online)) < len(self.eval.online) else "eval.offline"
+            raise FieldError(field, f"{twice} listed twice: a benchmark is scored online or offline, once")
         if self.backend == "local" and self.eval.online:
             raise FieldError(
                 "eval.online",

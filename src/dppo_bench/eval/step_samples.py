@@ -87,7 +87,10 @@ class GeneratedSamples:
         # into the partial file, which resumes a killed generation and becomes the samples file when complete; a whole
         # samples file (its scores are what is missing) is only checked: same header, nothing left to generate
         partial = samples.with_name(PARTIAL_SAMPLES)
-        target = samples if samples.is_file() and whole(samples, self.problems, self.spec.n) else partial
+        if partial.is_file() and converted(partial):  # a conversion cut short: nothing to resume
+            partial.unlink()
+        generated = samples.is_file() and not converted(samples)  # converted from a dump: made again from the weights
+        target = samples if generated and whole(samples, self.problems, self.spec.n) else partial
         run_generation(
             backend,
             model,
@@ -176,6 +179,17 @@ def readable_scores(step_dir: Path) -> dict | None:
         print(f"{e}; scoring the step again", flush=True)
         return None
     return scores if isinstance(scores, dict) else None
+
+
+def converted(samples: Path) -> bool:
+    """Whether a samples file was converted from a validation dump (its header's model kind)."""
+    from dppo_bench.eval.samples import SamplesError, read_samples
+
+    try:
+        model = read_samples(samples, rows_required=False).header.get("model")
+    except SamplesError:
+        return False  # damaged: whole() says so, and it is made again
+    return isinstance(model, dict) and model.get("kind") == VERL_VALIDATION
 
 
 def scores_match(scores: dict, samples: Path) -> bool:
