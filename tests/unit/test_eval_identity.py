@@ -117,7 +117,8 @@ def evaluated(run, setting, spec, values):
     """An evaluation as `dppo-bench evaluate` leaves it: scores.json per step, summary.json with the protocol."""
     for step, value in values.items():
         write_scores(run.path, spec.id, step, spec.n, value)
-    summary = {"protocol_sha256": setting_protocol_sha256(setting, spec), "steps": {str(s): v for s, v in values.items()}}
+    steps = {str(s): v for s, v in values.items()}
+    summary = {"protocol_sha256": setting_protocol_sha256(setting, spec), "steps": steps}
     (run.eval_dir(spec.id) / "summary.json").write_text(json.dumps(summary))
 
 

@@ -128,9 +128,13 @@ def local_run(tmp_path):
     run = RunDir(tmp_path / "run").create()
     run.write_run(
         {
-            "setting": "tiny_test", "method": "pg_is", "seed": 0, "backend": "local", "last_step": 0,
+            "setting": "tiny_test",
+            "method": "pg_is",
+            "seed": 0,
+            "backend": "local",
+            "last_step": 0,
             "setting_config": {"train": {"max_prompt_length": 8, "max_response_length": 32}},
-        }  # fmt: skip
+        }
     )
     tok = build_tokenizer()
     arch = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}

@@ -41,17 +41,26 @@ def verl_run(tmp_path):
     tiny_model(run.weights_dir(4), seed=1)
     run.write_run(
         {
-            "setting": "tiny_verl", "method": "dppo_binary_tv", "seed": 0, "backend": "verl", "last_step": 8,
+            "setting": "tiny_verl",
+            "method": "dppo_binary_tv",
+            "seed": 0,
+            "backend": "verl",
+            "last_step": 8,
             "model": {"path": str(base), "revision": None, "local": True},
             "setting_config": {"train": {"max_prompt_length": 16, "max_response_length": 32}},
             "inputs": {"val": [{"id": "tiny_arith", "spec_sha256": spec_sha256(TINY), "sampling": ONLINE_SAMPLING}]},
-        }  # fmt: skip
+        }
     )
     (run.path / "validation").mkdir()
     for step in (0, 4):
         rows = [
-            {"input": p["problem"], "output": f"\\boxed{{{p['answer']}}}", "gts": p["answer"], "step": step,
-             "problem_id": p["id"]}  # fmt: skip
+            {
+                "input": p["problem"],
+                "output": f"\\boxed{{{p['answer']}}}",
+                "gts": p["answer"],
+                "step": step,
+                "problem_id": p["id"],
+            }
             for p in PROBLEMS
             for _ in range(4)
         ]
@@ -66,7 +75,8 @@ def test_a_benchmark_the_run_never_validated_is_generated_from_the_kept_weights(
     summary = evaluate_run(run.path, "tiny_arith_greedy", [0, 4, 8], problems)
     assert summary["source"] == "saved weights" and summary["not_saved"] == [8]  # verl kept nothing of step 8
     assert set(summary["steps"]) == {"0", "4"}
-    models = {s: read_samples(run.eval_step_dir("tiny_arith_greedy", s) / "samples.jsonl.gz").header["model"] for s in (0, 4)}
+    samples = {s: run.eval_step_dir("tiny_arith_greedy", s) / "samples.jsonl.gz" for s in (0, 4)}
+    models = {s: read_samples(path).header["model"] for s, path in samples.items()}
     assert models[0]["path"] == str(run.path.parent / "base")  # step 0: the base model run.json names
     assert models[4]["path"] == str(run.weights_dir(4))
     scores = json.loads((run.eval_step_dir("tiny_arith_greedy", 4) / "scores.json").read_text())
