@@ -9,6 +9,7 @@ import yaml
 from record_fixtures import write_scores
 
 from dppo_bench.aggregate.collect import read_run
+from dppo_bench.cli import main
 from dppo_bench.config import SETTINGS_DIR, ConfigError, find_method, find_setting, load_setting, setting_data
 from dppo_bench.eval.protocol import setting_protocol_sha256
 from dppo_bench.eval.spec import load_benchmark
@@ -155,3 +156,15 @@ def test_aggregation_reads_the_evaluated_steps_only_and_never_verls_online_numbe
     write_scores(run.path, "tiny_arith", 2, 4, 0.125)  # from an evaluation at other steps
     series = read_run(tmp_path, LOCAL, RECIPE, 0, "x", False).series
     assert series["eval/tiny_arith/avg@4"] == {0: 0.25, 3: 0.5, 6: 0.75}
+
+
+def test_plan_shows_a_finished_run_with_its_evaluations_to_make(tmp_path, capsys):
+    run = finished_run(tmp_path, LOCAL)  # tiny_smoke's dppo_binary_tv, not evaluated yet
+    assert main_output(capsys, tmp_path).endswith("| finished; to evaluate: tiny_arith |")
+    evaluated(run, LOCAL, TINY, {0: 0.25, 3: 0.5, 6: 0.75})
+    assert main_output(capsys, tmp_path).endswith("| finished |")
+
+
+def main_output(capsys, runs):
+    assert main(["plan", "tiny_smoke", "--runs", str(runs)]) == 0
+    return next(line for line in capsys.readouterr().out.splitlines() if "| dppo_binary_tv |" in line)
