@@ -264,6 +264,9 @@ def test_resolve_model(tiny_model, tmp_path):
     shutil.copytree(tiny_model, megatron / "model" / "huggingface")
     (megatron / "optimizer").mkdir()
     assert resolve_model(str(megatron.parent)).path == str(megatron / "model" / "huggingface")
+    (megatron / "model" / "huggingface" / "adapter").mkdir()  # LoRA: those are the base model's weights
+    with pytest.raises(ValueError, match="adapter: a LoRA adapter; generating from a LoRA checkpoint is not supported"):
+        resolve_model(str(megatron))
 
 
 def test_a_merge_cut_short_leaves_no_model_behind(tiny_model, tmp_path):

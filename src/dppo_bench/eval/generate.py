@@ -106,6 +106,8 @@ def resolve_model(given: str, merge: Callable[[Path, Path, str], None] | None = 
         raise FileNotFoundError(f"{given}: neither an HF model directory (config.json + weights) nor a verl checkpoint")
     # HF weights verl wrote itself: FSDP with hf_model in checkpoint.save_contents, Megatron's model with mbridge
     for hf in (actor / "huggingface", actor / "model" / "huggingface"):
+        if (hf / "adapter").is_dir():  # Megatron LoRA: the base model's weights, the trained adapter beside them
+            raise ValueError(f"{hf / 'adapter'}: a LoRA adapter; generating from a LoRA checkpoint is not supported")
         if hf.is_dir() and _has_weights(hf):
             return ResolvedModel(str(hf), given, "verl", model_fingerprint(hf))
     merged = actor / "huggingface_merged"
