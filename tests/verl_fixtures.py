@@ -46,6 +46,6 @@ def prepared_data(tmp: Path, setting_path: Path) -> tuple[Path, tuple[Path, ...]
     train_spec = load_any(setting.verl.train_data)
     train = write_parquet(tmp / "data" / f"{train_spec.id}.parquet", train_spec.data_source)
     val = tuple(
-        write_parquet(tmp / "data" / f"{b}.parquet", load_benchmark(b).data_source) for b in setting.eval.benchmarks
+        write_parquet(tmp / "data" / f"{b}.parquet", load_benchmark(b).data_source) for b in setting.eval.online
     )
     return train, val

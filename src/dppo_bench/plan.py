@@ -13,6 +13,8 @@ from pathlib import Path
 
 from dppo_bench import canonical
 from dppo_bench.config import Experiment, MethodRecipe, Setting
+from dppo_bench.eval.protocol import setting_protocol_sha256
+from dppo_bench.eval.spec import load_benchmark
 from dppo_bench.rundir import RunDir
 
 PROBE = "(mismatch probe)"
@@ -33,21 +35,29 @@ class RunState:
     status: str  # finished | partial | stale | missing
     last_step: int | None = None  # the last recorded step of a partial or finished run
     step_s: float | None = None  # its mean measured step time (local runs)
+    to_evaluate: tuple[str, ...] = ()  # a finished run's benchmarks not (or no longer) evaluated as specified
 
 
 def run_state(run_dir: RunDir, setting: Setting, recipe: MethodRecipe) -> RunState:
-    """What is on disk for one run: stale if its recipe or setting changed since it ran (as aggregation judges)."""
+    """What is on disk for one run: stale if what it computes changed since it ran (its training identity, as
+    aggregation judges); a finished run also lists the evaluations still to make, which need no training."""
     info = run_dir.read_run()
     if not info:
         return RunState("missing")
-    if info.get("recipe_sha256") != recipe.sha256() or info.get("setting_sha256") != setting.sha256():
+    if not run_dir.is_current(info, setting, recipe):
         return RunState("stale")
     rows = run_dir.read_metrics()
     last = max((r["step"] for r in rows), default=None)
     times = [r[canonical.STEP_SECONDS] for r in rows if isinstance(r.get(canonical.STEP_SECONDS), int | float)]
     step_s = statistics.fmean(times) if times else None
-    finished = info.get("status") in FINISHED and run_dir.done.exists()
-    return RunState("finished" if finished else "partial", last, step_s)
+    if not (info.get("status") in FINISHED and run_dir.done.exists()):
+        return RunState("partial", last, step_s)
+    due = tuple(
+        b
+        for b in setting.eval.benchmarks
+        if not run_dir.evaluation_current(b, setting_protocol_sha256(setting, load_benchmark(b)))
+    )
+    return RunState("finished", last, step_s, due)
 
 
 def probe_state(path: Path, setting: Setting) -> RunState:

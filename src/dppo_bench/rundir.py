@@ -1,7 +1,14 @@
 """The run directory both backends write (DESIGN.md section 4).
 
 ``results/runs/<setting>/<method>/seed<k>/``: ``run.json`` (provenance and status),
-``metrics.jsonl`` (one JSON object per training step, NaN as null), ``checkpoints/``, ``eval/``.
+``metrics.jsonl`` (one JSON object per training step, NaN as null), ``checkpoints/``, ``eval/`` and, for a verl run,
+``weights/`` (the model of every checkpoint verl saved, kept for offline evaluation after verl deletes the
+checkpoint: :mod:`dppo_bench.verl_plugin.keep_weights`).
+
+A run is current while its record holds the training identity its setting and recipe have today
+(:func:`training_identity`); an evaluation is current while its summary.json holds the protocol its benchmark and
+setting give today (:mod:`dppo_bench.eval.protocol`). The two are separate: an evaluation that changed is made
+again, never the training.
 
 metrics.jsonl is append-only and resume-safe: rows reach it before the checkpoint that covers
 them is committed, and a resumed run first drops rows past its checkpoint, so a crash at any
@@ -31,12 +38,18 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def training_identity(setting, recipe) -> dict[str, str]:
+    """What a run's record holds of what it computes: the setting's and the recipe's training identity."""
+    return {"setting_sha256": setting.sha256(), "recipe_sha256": recipe.sha256()}
+
+
 class RunDir:
     def __init__(self, path: Path | str):
         self.path = Path(path)
         self.run_json = self.path / "run.json"
         self.metrics = self.path / "metrics.jsonl"
         self.checkpoints = self.path / "checkpoints"
+        self.weights = self.path / "weights"
         self.done = self.path / "train.completed"  # the pipeline's marker: written last, by a finished run
 
     def create(self) -> RunDir:
@@ -68,8 +81,7 @@ class RunDir:
             "method": recipe.id,
             "seed": seed,
             "backend": setting.backend,
-            "setting_sha256": setting.sha256(),
-            "recipe_sha256": recipe.sha256(),
+            **training_identity(setting, recipe),
         }
         old = self.read_run()
         if old:
@@ -91,6 +103,20 @@ class RunDir:
             resumed_at=[*old.get("resumed_at", []), now()] if old else [],
             finished_at=None,
         )
+
+    def is_current(self, info: dict, setting, recipe) -> bool:
+        """Whether the run ``info`` records is the one ``setting`` and ``recipe`` make today (how it is evaluated
+        is not part of that)."""
+        return all(info.get(k) == v for k, v in training_identity(setting, recipe).items())
+
+    def evaluation_current(self, benchmark: str, protocol_sha256: str) -> bool:
+        """Whether the run's evaluation on ``benchmark`` is finished and made with that protocol."""
+        summary = self.eval_dir(benchmark) / SUMMARY
+        try:
+            recorded = read_json(summary) if summary.is_file() else None
+        except CorruptFileError:
+            return False  # made again by the pipeline (dppo-bench verify names it)
+        return isinstance(recorded, dict) and recorded.get("protocol_sha256") == protocol_sha256
 
     def mark_done(self, outcome: dict) -> None:
         """The marker, with the sha256 of the records it vouches for: a later change to them is damage that
@@ -141,6 +167,10 @@ class RunDir:
 
     def checkpoint_dir(self, step: int) -> Path:
         return self.checkpoints / f"step_{step:06d}"
+
+    def weights_dir(self, step: int) -> Path:
+        """A verl run's model at ``step``, kept from verl's checkpoint of it (in verl's format)."""
+        return self.weights / f"step_{step:06d}"
 
     def saved_steps(self) -> list[int]:
         """Steps with a checkpoint directory renamed into place (complete when written; see io.verify_checksums)."""

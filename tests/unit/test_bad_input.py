@@ -82,8 +82,8 @@ def setting_file(tmp_path, **changes):
     "changes, field, message",
     [
         pytest.param(
-            {"eval.benchmarks": ["tiny_arith", "aime99"]},
-            "eval.benchmarks.1",
+            {"eval.offline": ["tiny_arith", "aime99"]},
+            "eval.offline.1",
             "unknown benchmark 'aime99'",
             id="unknown benchmark",
         ),

@@ -430,9 +430,17 @@ def test_decoupled_mode_takes_mu_from_the_rollout_log_probs_beyond_verls_clamp(g
         log_old - log_mu, mask.float(), rollout_is="token", rollout_is_threshold=UNBOUNDED_IS_THRESHOLD
     )
     assert data["rollout_is_weights"][0, 0] == pytest.approx(math.exp(-20))  # verl's clamp
-    cfg = ActorConfig(strategy="fsdp", ppo_micro_batch_size_per_gpu=2, ppo_mini_batch_size=4, rollout_n=1,
-                      clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=3.0, loss_agg_mode="token-mean",
-                      policy_loss={"loss_mode": mode})
+    cfg = ActorConfig(
+        strategy="fsdp",
+        ppo_micro_batch_size_per_gpu=2,
+        ppo_mini_batch_size=4,
+        rollout_n=1,
+        clip_ratio_low=0.2,
+        clip_ratio_high=0.2,
+        clip_ratio_c=3.0,
+        loss_agg_mode="token-mean",
+        policy_loss={"loss_mode": mode},
+    )
     flat = flat.requires_grad_()
     loss, _ = ppo_loss(cfg, {"log_probs": flat}, data)
     loss.backward()

@@ -6,7 +6,11 @@ from snakemake.utils import validate
 
 from dppo_bench import config as dc
 from dppo_bench.config.suite import load_suite
+from dppo_bench.eval.protocol import setting_protocol_sha256
+from dppo_bench.eval.step_samples import validated_online
+from dppo_bench.io import CorruptFileError
 from dppo_bench.plan import PROBE_RUNTIME_MIN
+from dppo_bench.rundir import RunDir
 from dppo_bench.verify import changed_records
 
 validate(config, "../schemas/config.schema.yaml")
@@ -40,7 +44,8 @@ def run_dir(w):
 
 
 def run_targets(setting, method, seed):
-    """What one run contributes to an experiment: its training and every benchmark's evaluation."""
+    """What one run contributes to an experiment: its training and every benchmark's evaluation (online and
+    offline)."""
     base = f"results/runs/{setting}/{method}/seed{seed}"
     return [f"{base}/train.completed"] + [f"{base}/eval/{b}/summary.json" for b in SETTINGS[setting].eval.benchmarks]
 
@@ -83,16 +88,38 @@ def base_model(w):
 
 
 def eval_data(w):
-    """The problems a run is evaluated on: for a verl run, the prepared set its online validation used; for a local
-    run, the held-out split of its own base setting's tiny task (the start checks allow a local setting no benchmark
-    but the tiny task's)."""
+    """The problems a run is evaluated on: for a verl run, the benchmark's prepared set (its online validation's);
+    for a local run, the held-out split of its own base setting's tiny task (the start checks allow a local setting
+    no benchmark but the tiny task's)."""
     if backend(w) == "verl":
         return prepared(w.benchmark, "problems.jsonl")
     return f"results/data/tiny/{base_of(w)}/{os.path.basename(BENCHMARKS[w.benchmark].sources.local.path)}"
 
 
 def eval_steps(w):
-    return ",".join(str(s) for s in SETTINGS[w.setting].eval_steps())
+    return ",".join(str(s) for s in SETTINGS[w.setting].eval_steps(w.benchmark))
+
+
+def eval_engine(w):
+    """What generates from a run's saved weights: vLLM on a GPU setting's GPUs, else the HF backend on the CPU (the
+    tiny models of the local settings and of tiny_verl)."""
+    setting = SETTINGS[w.setting]
+    return "vllm" if setting.backend == "verl" and setting.verl.device == "cuda" else "hf"
+
+
+def eval_gpus(w):
+    """GPUs of an evaluation that generates on them: an offline benchmark of a GPU setting, or an online one whose
+    spec changed after the run validated it (its run.json says which); converting dumps needs none."""
+    setting = SETTINGS[w.setting]
+    if eval_engine(w) != "vllm":
+        return None
+    try:
+        info = RunDir(run_dir(w)).read_run()
+    except CorruptFileError:
+        return None  # the evaluation fails on it, naming the file
+    if w.benchmark in setting.eval.online and (not info or validated_online(info, BENCHMARKS[w.benchmark])):
+        return None
+    return setting.verl.parallelism.rollout_tensor
 
 
 # Recipe files are read from the recipe roots (dppo_bench.config.roots), not the working directory, so the pipeline
@@ -151,7 +178,8 @@ def verl_only(resource):
 
 # What a run is (run.json's setting and recipe sha256, which the trainer compares before it resumes) is a
 # parameter of every job built from the run: an edit that changes what the run computes makes its training,
-# evaluations, tables and figures out of date. The trainer then refuses to overwrite the old run, and keeps refusing
+# evaluations, tables and figures out of date. How a run is evaluated is not part of it (eval_protocol: a new or
+# edited benchmark re-evaluates, never retrains). The trainer then refuses to overwrite the old run, and keeps refusing
 # on every later snakemake (even after a failed attempt removed train.completed), until the run directory is moved
 # away or the recipe restored: the old run is never reported as the new recipe's. The recipe files themselves are
 # ancient() inputs: their time is not what a job depends on, so a comment or a renamed display_name (which the
@@ -172,10 +200,10 @@ def base_identity(w):
     return dc.canonical_sha256([local.model.model_dump(), local.task.model_dump(), local.pretrain.model_dump()])
 
 
-def benchmark_identity(w):
-    """An edited eval spec makes the evaluations on it out of date (dppo-bench evaluate then refuses old scores);
-    its title and notes do not."""
-    return dc.identity_sha256(BENCHMARKS[w.benchmark], ("title", "notes"))
+def eval_protocol(w):
+    """How the run is scored on the benchmark (dppo_bench.eval.protocol: the spec without its title and notes, the
+    steps, the longest response), which summary.json records: a change to it makes the evaluation out of date."""
+    return setting_protocol_sha256(SETTINGS[w.setting], BENCHMARKS[w.benchmark])
 
 
 def experiment_runs_identity(w):
@@ -233,7 +261,8 @@ def verl_train_data(w):
 
 
 def verl_val_data(w):
-    return [prepared(b, "parquet") for b in SETTINGS[w.setting].eval.benchmarks]
+    """The online benchmarks, which verl validates on during training."""
+    return [prepared(b, "parquet") for b in SETTINGS[w.setting].eval.online]
 
 
 def verl_problems(w):

@@ -38,6 +38,12 @@ def aggregate(args: argparse.Namespace) -> int:
     references = load_references(experiment.id)
     usable = sum(r.usable for r in runs)
     print(f"{experiment.id}: {usable}/{len(runs)} runs usable -> {out}")
+    for run in runs:
+        if run.outdated_evaluations:
+            print(
+                f"  {run.setting}/{run.method}/seed{run.seed}: not shown until evaluated again (their spec or steps "
+                f"changed; snakemake re-evaluates, without retraining): {', '.join(run.outdated_evaluations)}"
+            )
     if experiment.masked_tokens is not None:
         return write_token_table(experiment, runs, args.runs, settings, out, args.only)
     if args.only != "figure":

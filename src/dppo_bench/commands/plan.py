@@ -18,6 +18,8 @@ def _state(run) -> str:
     state = run.state
     if state.status == "partial":
         return "partial (no step yet)" if state.last_step is None else f"partial (last step {state.last_step})"
+    if state.to_evaluate:
+        return f"{state.status}; to evaluate: {', '.join(state.to_evaluate)}"
     return state.status
 
 

@@ -42,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         nargs="+",
         default=[],
         help="prepared parquet files of the online benchmarks (space- or comma-separated), in the order of the "
-        "setting's eval.benchmarks",
+        "setting's eval.online",
     )
     verl.add_argument(
         "--verl-command",
@@ -153,7 +153,9 @@ def train_verl(args: argparse.Namespace, setting, recipe) -> int:
     from dppo_bench.verl_plugin.launch import VerlRun, launch, parse_command
 
     if args.train_data is None or not args.val_data:
-        raise ValueError("a verl-backend run needs --train-data (parquet) and --val-data (one parquet per benchmark)")
+        raise ValueError(
+            "a verl-backend run needs --train-data (parquet) and --val-data (one parquet per online benchmark)"
+        )
     run = VerlRun(
         setting=setting,
         recipe=recipe,

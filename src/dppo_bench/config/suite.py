@@ -31,14 +31,14 @@ def check_setting(setting: Setting, path: Path, benchmarks: dict[str, BenchmarkS
     """A local-backend setting evaluates only the tiny task: its tiny model cannot answer any other benchmark."""
     if setting.backend != "local":
         return
-    for i, benchmark in enumerate(setting.eval.benchmarks):
+    for i, benchmark in enumerate(setting.eval.offline):  # a local setting has no online benchmark
         if not benchmarks[benchmark].from_tiny_task():
             tiny = ", ".join(b for b, spec in benchmarks.items() if spec.from_tiny_task())
             message = (
                 f"benchmark {benchmark!r} cannot be run by the local backend (its tiny model answers only the tiny "
                 f"task's problems: {tiny}); evaluate it in a verl setting"
             )
-            raise ConfigError(path, f"eval.benchmarks.{i}", message)
+            raise ConfigError(path, f"eval.offline.{i}", message)
 
 
 def check_eval_metrics(experiment: Experiment, path: Path, benchmarks: dict[str, BenchmarkSpec]) -> None:

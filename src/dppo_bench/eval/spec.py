@@ -120,7 +120,9 @@ class Sources(Strict):
 class Sampling(Strict):
     temperature: Annotated[float, Field(ge=0.0)]
     top_p: Annotated[float, Field(gt=0.0, le=1.0)]
-    max_tokens: Annotated[int, Field(ge=1)]  # the setting's max response length; settings may override it
+    # a standalone generation's longest response (`eval generate` without --setting); a run's evaluation generates at
+    # most its setting's max_response_length instead, as verl's online validation does (dppo_bench.eval.protocol)
+    max_tokens: Annotated[int, Field(ge=1)]
 
 
 class DatasetSpec(Strict):

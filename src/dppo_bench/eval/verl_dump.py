@@ -22,6 +22,7 @@ from dppo_bench.eval.samples import write_samples
 from dppo_bench.io import read_complete_jsonl
 
 _INT = re.compile(r"\s*[+-]?\d+\s*")
+VERL_VALIDATION = "verl-validation"  # the model kind of converted samples' header (and so of their scores)
 
 
 def dump_path(dump: Path, step: int | None) -> Path:
@@ -106,7 +107,7 @@ def convert_dump(
     header = {
         "benchmark": benchmark,
         "data_sha256": problems.sha256,
-        "model": {"path": model, "kind": "verl-validation", "step": steps.pop() if len(steps) == 1 else None},
+        "model": {"path": model, "kind": VERL_VALIDATION, "step": steps.pop() if len(steps) == 1 else None},
         "sampling": sampling,
         "prompt": {"template": template, "prompts_sha256": canonical_sha256(prompts)},
         "source": {"verl_dump": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()},

@@ -82,19 +82,27 @@ def _data_record(path: Path, spec_id: str, data_source: str) -> dict:
 
 
 def data_records(setting: Setting, train: Path, val: Sequence[Path]) -> dict:
+    """run.json's ``inputs``; each online benchmark's record also says what it is and how verl samples it, which
+    decides whether its dumps are still its scores (:func:`dppo_bench.eval.step_samples.validated_online`)."""
+    from dppo_bench.eval import protocol
     from dppo_bench.eval.spec import load_any, load_benchmark
 
     train_spec = load_any(setting.verl.train_data)
-    benchmarks = setting.eval.benchmarks
+    benchmarks = [load_benchmark(b) for b in setting.eval.online]
     if len(val) != len(benchmarks):
         raise ValueError(
-            f"setting {setting.id!r} validates on {', '.join(benchmarks)}: give one --val-data file for each, in "
-            f"that order (got {len(val)})"
+            f"setting {setting.id!r} validates on {', '.join(setting.eval.online)}: give one --val-data file for "
+            f"each, in that order (got {len(val)})"
         )
-    return {
-        "train": _data_record(train, train_spec.id, train_spec.data_source),
-        "val": [_data_record(p, b, load_benchmark(b).data_source) for p, b in zip(val, benchmarks, strict=True)],
-    }
+    online = [
+        {
+            **_data_record(p, b.id, b.data_source),
+            "spec_sha256": protocol.spec_sha256(b),
+            "sampling": protocol.sampling_of(b, setting.train.max_response_length),
+        }
+        for p, b in zip(val, benchmarks, strict=True)
+    ]
+    return {"train": _data_record(train, train_spec.id, train_spec.data_source), "val": online}
 
 
 def model_record(setting: Setting) -> tuple[dict, Path | None]:
@@ -153,7 +161,7 @@ def _validated_at(run: VerlRun, step: int) -> bool:
     need not validate again before training."""
     from dppo_bench.eval.spec import load_benchmark
 
-    wanted = {canonical.eval_metric(b, load_benchmark(b).n) for b in run.setting.eval.benchmarks}
+    wanted = {canonical.eval_metric(b, load_benchmark(b).n) for b in run.setting.eval.online}
     row = next((r for r in run.run_dir.read_metrics() if r["step"] == step), {})
     dump = run.run_dir.path / "validation" / f"{step}.jsonl"
     return wanted <= {k for k, v in row.items() if v is not None} and dump.is_file()
@@ -275,7 +283,7 @@ def _attempt(run: VerlRun, trainer: Callable[..., tuple[int, dict]], held: ExitS
     s, v = run.setting, run.setting.verl
     placement(run.env, v.nodes)  # before anything is written: a multi-node run needs an allocation
     data = data_records(s, run.train_data, run.val_data)
-    metric_map = MetricMap.for_benchmarks(s.eval.benchmarks)
+    metric_map = MetricMap.for_benchmarks(s.eval.online)
     model, snapshot = model_record(s)
     lock = held.enter_context(run_lock(run.run_dir.path))
     run.run_dir.create()

@@ -22,12 +22,15 @@ REWARD_FUNCTION = Path(__file__).resolve().parents[1] / "eval" / "verl_reward.py
 PROJECT = "dppo-bench"
 MISMATCH_EVERY_KEY = "dppo_bench_mismatch_every"  # in rollout.custom, verl's free extension dict
 PLUGIN_MODULE = "dppo_bench.verl_plugin.entry"  # the plugin's entry point (pyproject.toml), for Ray workers
+KEEP_WEIGHTS = "dppo_bench.verl_plugin.keep_weights.KeepWeights"  # verl's checkpoint callback (imports verl)
 CPU_SWITCH = "DPPO_BENCH_VERL_DEVICE"  # =cpu: the plugin makes verl run on the CPU (dppo_bench.verl_plugin.cpu)
 
 
 def cpu_requested() -> bool:
     """Whether this process runs verl on the CPU (the switch in its environment: see :func:`device_env`)."""
     return os.environ.get(CPU_SWITCH, "").strip().lower() == "cpu"
+
+
 MASKED_TOKENS_DIR_ENV = "DPPO_BENCH_MASKED_TOKENS_DIR"  # read by dppo_bench.verl_plugin.masked_tokens
 
 
@@ -55,13 +58,17 @@ def experiment_name(setting: Setting, recipe: MethodRecipe, seed: int) -> str:
 
 
 def val_sampling(benchmarks: list) -> dict:
-    """verl has one set of validation sampling parameters: the online benchmarks must agree on them. The
-    benchmarks' max_tokens is not among them: verl 0.9.1's val_kwargs (SamplingConfig) has no length, so online
-    validation generates at most rollout.response_length, the setting's max_response_length."""
+    """verl has one set of validation sampling parameters: the online benchmarks must agree on them (one that
+    samples otherwise is scored offline: the setting's eval.offline). The benchmarks' max_tokens is not among them:
+    verl 0.9.1's val_kwargs (SamplingConfig) has no length, so online validation generates at most
+    rollout.response_length, the setting's max_response_length (as :func:`dppo_bench.eval.protocol.sampling_of`)."""
     sampling = {(b.n, b.sampling.temperature, b.sampling.top_p) for b in benchmarks}
     if len(sampling) != 1:
         ids = ", ".join(b.id for b in benchmarks)
-        raise ValueError(f"benchmarks {ids} sample differently; verl validates all of them with one val_kwargs")
+        raise ValueError(
+            f"online benchmarks {ids} sample differently, and verl validates all of them with one val_kwargs: "
+            "list all but one set of them under eval.offline"
+        )
     n, temperature, top_p = sampling.pop()
     return {"n": n, "temperature": temperature, "top_p": top_p}
 
@@ -82,7 +89,7 @@ def run_overrides(
     if setting.verl is None:
         raise ValueError(f"setting {setting.id!r} is not a verl-backend setting")
     v, t = setting.verl, setting.train
-    val = val_sampling([load_benchmark(b) for b in setting.eval.benchmarks])
+    val = val_sampling([load_benchmark(b) for b in setting.eval.online])
     loggers = '["console","file","wandb"]' if wandb else '["console","file"]'
     schedule_key = "lr_decay_style" if v.engine == "megatron" else "lr_scheduler_type"  # FSDP and Megatron differ
     overrides = [
@@ -154,9 +161,11 @@ def run_overrides(
         "trainer.val_before_train=True",
         f"trainer.save_freq={t.save_every}",
         "trainer.resume_mode=auto",
-        # checkpoints serve resumption (the AIME curves come from online validation): the last two, so one
-        # survives a save cut short, instead of every save_every steps of a 30B model with its optimizer
+        # checkpoints serve resumption: the last two, so one survives a save cut short, instead of every save_every
+        # steps of a 30B model with its optimizer; the model of each one stays in RUN_DIR/weights, for the
+        # benchmarks scored offline (dppo_bench.verl_plugin.keep_weights)
         "trainer.max_actor_ckpt_to_keep=2",
+        f"trainer.checkpoint_callback_class={KEEP_WEIGHTS}",
         f"trainer.default_local_dir={paths.checkpoints}",
         f"trainer.validation_data_dir={paths.validation}",
         f"trainer.logger={loggers}",
