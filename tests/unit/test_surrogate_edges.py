@@ -16,14 +16,12 @@ def loss_and_grad(log_prob_values, mask, mode="token-mean"):
     mu = torch.full_like(log_prob, -1.0)
     loss, stats = surrogate_loss(
         RULE,
+        RULE.values(delta=0.15, is_cap=None),
         log_prob=log_prob,
         mu_log_prob=mu,
         anchor_log_prob=mu,
         advantages=torch.tensor([[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]]),
         response_mask=mask,
-        low=0.15,
-        high=0.15,
-        is_cap=None,
         loss_agg_mode=mode,
     )
     loss.backward()
@@ -52,13 +50,11 @@ def test_a_batch_without_response_tokens_gives_zero_token_statistics():
         empty = torch.zeros(shape)
         _, stats = surrogate_loss(
             RULE,
+            RULE.values(delta=0.15, is_cap=2.0),
             log_prob=empty.requires_grad_(),
             mu_log_prob=empty,
             anchor_log_prob=empty,
             advantages=empty,
             response_mask=torch.zeros(shape, dtype=torch.bool),
-            low=0.15,
-            high=0.15,
-            is_cap=2.0,
         )
         assert stats == dict.fromkeys(STAT_NAMES, 0.0)
