@@ -20,8 +20,8 @@ def with_train(setting, **update):
 
 
 def with_profile(recipe, **update):
-    profiles = {name: hp.model_copy(update=update) for name, hp in recipe.hyperparameters.items()}
-    return recipe.model_copy(update={"hyperparameters": profiles})
+    profiles = {name: {**given, **update} for name, given in recipe.hyperparameters.items()}
+    return type(recipe).model_validate({**recipe.model_dump(), "hyperparameters": profiles})
 
 
 @pytest.mark.parametrize(

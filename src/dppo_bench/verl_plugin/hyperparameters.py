@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from functools import lru_cache
 from typing import Any
 
@@ -46,8 +47,9 @@ def hydra_value(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return str(value).lower()
-    if isinstance(value, str):
-        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(value, str):  # Hydra unescapes backslashes only before a quote and at the end of a quoted string
+        quoted = re.sub(r"(\\*)'", lambda m: m[1] * 2 + "\\'", value)
+        return "'" + re.sub(r"(\\+)$", lambda m: m[1] * 2, quoted) + "'"
     return repr(value)
 
 

@@ -127,9 +127,9 @@ def make_verl_loss(rule: MaskRule):
     ) -> tuple[torch.Tensor, dict[str, float]]:
         if config is None:
             raise ValueError(f"loss mode {rule.name!r} needs the actor config (its global_batch_info)")
-        values = current_values(rule)
         topk = _topk_divergence(rule, log_prob) if rule.needs_topk else None
         mu, anchor = _anchors(rule, old_log_prob, rollout_is_weights, response_mask.bool())
+        values = current_values(rule)
         loss, stats = surrogate_loss(
             rule,
             values,
