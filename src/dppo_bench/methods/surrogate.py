@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -58,6 +59,61 @@ def importance_ratio(rule: MaskRule, tokens: Tokens, log_pi: torch.Tensor, log_m
     return tokens.sequence_mean(log_pi - log_mu).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND).exp()
 
 
+@dataclass(frozen=True)
+class Parts:
+    """The surrogate's named parts per token, (batch, response_len): what the loss aggregates."""
+
+    tokens: Tokens
+    ratio: torch.Tensor  # the importance ratio (token or sequence level), before the cap
+    weight: torch.Tensor  # min(ratio, C)
+    gate: torch.Tensor  # 1 - M for a hard mask, the soft weight otherwise
+    masked: torch.Tensor  # the dropped response tokens (a soft gate's zeros)
+    coef: torch.Tensor  # A * weight * gate, detached
+    per_token: torch.Tensor  # -coef * log pi (+ penalty): the loss before aggregation, with its gradient
+    penalty: torch.Tensor | None  # the rule's per-token penalty, with its gradient
+
+
+def surrogate_parts(
+    rule: MaskRule,
+    values: Values,
+    *,
+    log_prob: torch.Tensor,
+    mu_log_prob: torch.Tensor,
+    anchor_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    topk_divergence: torch.Tensor | None = None,
+) -> Parts:
+    """The named parts of ``rule`` at ``values`` (arguments as :func:`surrogate_loss`)."""
+    with torch.no_grad():
+        log_pi = log_prob.detach().float()
+        log_mu = mu_log_prob.float()
+        log_anchor = log_mu if anchor_log_prob is mu_log_prob else anchor_log_prob.float()
+        tokens = Tokens(log_pi, log_anchor, advantages.float(), topk_divergence, response_mask,
+                        None if log_anchor is log_mu else log_mu)  # fmt: skip
+        ratio = importance_ratio(rule, tokens, log_pi, log_mu)
+        is_cap = values.is_cap
+        weight = ratio if is_cap is None else ratio.clamp(max=is_cap)
+        out = rule(tokens, *rule.args(values))
+        if rule.gate == "mask":
+            masked = out & response_mask
+            gate = (~masked).to(weight.dtype)
+        else:
+            gate = out.to(weight.dtype)
+            masked = (gate == 0) & response_mask
+        coef = (advantages * weight).mul_(gate).to(log_prob.dtype)
+    # A token the policy gives probability 0 (log pi = -inf) adds nothing and gets no gradient, as its clamped
+    # ratio gets none in verl's vanilla loss; left in, its value would make the loss -inf * coef (inf or nan).
+    zero_prob = torch.isneginf(log_prob)
+    log_prob = log_prob.masked_fill(zero_prob, 0.0)
+    per_token = -coef * log_prob
+    penalty = None
+    if rule.penalty is not None:
+        penalty = rule.penalty(log_prob, tokens, values).masked_fill(zero_prob, 0.0)
+        per_token = per_token + penalty
+    return Parts(tokens, ratio, weight, gate, masked, coef, per_token, penalty)
+
+
 def surrogate_loss(
     rule: MaskRule,
     values: Values,
@@ -84,40 +140,24 @@ def surrogate_loss(
     """
     from verl.trainer.ppo.core_algos import agg_loss  # here, so importing the rules stays light
 
-    with torch.no_grad():
-        log_pi = log_prob.detach().float()
-        log_mu = mu_log_prob.float()
-        log_anchor = log_mu if anchor_log_prob is mu_log_prob else anchor_log_prob.float()
-        rollout_anchor = log_anchor is log_mu
-        tokens = Tokens(log_pi, log_anchor, advantages.float(), topk_divergence, response_mask,
-                        None if rollout_anchor else log_mu)  # fmt: skip
-        ratio = importance_ratio(rule, tokens, log_pi, log_mu)
-        is_cap = values.is_cap
-        weight = ratio if is_cap is None else ratio.clamp(max=is_cap)
-        out = rule(tokens, *rule.args(values))
-        if rule.gate == "mask":
-            masked = out & response_mask
-            gate = (~masked).to(weight.dtype)
-        else:
-            gate = out.to(weight.dtype)
-            masked = (gate == 0) & response_mask
-        if on_masked is not None:
-            on_masked(masked)
-        coef = (advantages * weight).mul_(gate).to(log_prob.dtype)
-    # A token the policy gives probability 0 (log pi = -inf) adds nothing and gets no gradient, as its clamped
-    # ratio gets none in verl's vanilla loss; left in, its value would make the loss -inf * coef (inf or nan).
-    zero_prob = torch.isneginf(log_prob)
-    log_prob = log_prob.masked_fill(zero_prob, 0.0)
-    per_token = -coef * log_prob
-    penalty = None
-    if rule.penalty is not None:
-        penalty = rule.penalty(log_prob, tokens, values).masked_fill(zero_prob, 0.0)
-        per_token = per_token + penalty
-    loss = agg_loss(per_token, response_mask, loss_agg_mode, **(batch_info or {}))
-    mu = tokens.anchor if rollout_anchor else log_mu.exp()
-    stats = token_stats(tokens, mu, ratio, masked, response_mask, is_cap, entropy)
+    parts = surrogate_parts(
+        rule,
+        values,
+        log_prob=log_prob,
+        mu_log_prob=mu_log_prob,
+        anchor_log_prob=anchor_log_prob,
+        advantages=advantages,
+        response_mask=response_mask,
+        topk_divergence=topk_divergence,
+    )
+    if on_masked is not None:
+        on_masked(parts.masked)
+    loss = agg_loss(parts.per_token, response_mask, loss_agg_mode, **(batch_info or {}))
+    t = parts.tokens
+    mu = t.anchor if t.log_mu is None else t.log_mu.exp()
+    stats = token_stats(t, mu, parts.ratio, parts.masked, response_mask, values.is_cap, entropy)
     if rule.extra_stats:
-        stats.update(part_stats(response_mask, gate if rule.gate == "soft" else None, penalty))
+        stats.update(part_stats(response_mask, parts.gate if rule.gate == "soft" else None, parts.penalty))
     return loss, stats
 
 
