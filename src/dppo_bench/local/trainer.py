@@ -200,7 +200,7 @@ class LocalTrainer:
             batch = replace(batch, anchor_log_probs=log_pi)
             if self.loss.verl is not None:
                 weights, mask, _ = rollout_correction(self.loss.values, log_pi, batch.mu_log_probs, batch.response_mask)
-                batch = replace(batch, rollout_is_weights=weights, response_mask=mask)
+                batch = replace(batch, rollout_is_weights=weights, response_mask=mask, loss_mask=batch.response_mask)
         return batch, measured
 
     def step(self, step: int) -> dict:

@@ -36,6 +36,7 @@ class Batch:
     topk_ids: torch.Tensor | None = None  # mu's kept set (samples, response_len, K), for the Top-K rules
     topk_log_probs: torch.Tensor | None = None
     rollout_is_weights: torch.Tensor | None = None  # verl's decoupled-mode correction, for verl's own loss modes
+    loss_mask: torch.Tensor | None = None  # the response tokens before that correction's rejection (None: the same)
 
     def select(self, index: torch.Tensor) -> Batch:
         """The samples at ``index`` (a mini-batch)."""
@@ -140,14 +141,24 @@ def rule_loss(
 
 def verl_loss(loss_spec: Loss, log_pi: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
     """verl's own function, called as verl's ``ppo_loss`` calls it: the anchor as ``old_log_prob`` (mu in bypass
-    mode, pi_old in decoupled mode with its correction); its actor/ metrics without the prefix."""
+    mode, pi_old in decoupled mode with its correction), and the normalisers verl's engine sets: the mini-batch's
+    response tokens before any rejection (verl's ``loss_mask``) and its sequences. Its actor/ metrics without the
+    prefix."""
+    config = loss_spec.verl_config
+    loss_mask = batch.response_mask if batch.loss_mask is None else batch.loss_mask
+    config.global_batch_info.update(
+        dp_size=1,
+        batch_num_tokens=int(loss_mask.sum()),
+        global_batch_size=len(loss_mask),
+        loss_scale_factor=loss_spec.batch_info.get("loss_scale_factor"),
+    )
     loss, metrics = get_policy_loss_fn(loss_spec.verl.mode)(
         old_log_prob=batch.anchor_log_probs,
         log_prob=log_pi,
         advantages=batch.advantages,
         response_mask=batch.response_mask,
         loss_agg_mode=loss_spec.loss_agg_mode,
-        config=loss_spec.verl_config,
+        config=config,
         rollout_is_weights=batch.rollout_is_weights,
     )
     return loss, {k.removeprefix("actor/"): float(v) for k, v in metrics.items()}
