@@ -23,7 +23,7 @@ RATIO_LOG_BOUND = 20.0  # verl's rollout-correction bound (rollout_corr_helper.S
 
 def _ratio(t: Tokens, bound: float = RATIO_LOG_BOUND) -> torch.Tensor:
     """pi / anchor per token, its log bounded at +-``bound``."""
-    return (t.log_pi - t.log_anchor).clamp(-bound, bound).exp()
+    return t.log_ratio.clamp(-bound, bound).exp()
 
 
 # -- IcePop (Ring-1T, arXiv 2510.18855) ---------------------------------------------------------------------------
@@ -63,9 +63,9 @@ def kpop(t: Tokens, delta: float) -> torch.Tensor:
 
 
 # -- DPPO-Binary-TV + KL penalty (prime-rl's default loss from ff4b125) ---------------------------------------------
-def kl_penalty(log_prob: torch.Tensor, t: Tokens, values: Values) -> torch.Tensor:
-    """tau * (log pi - log mu)^2 on every response token (Kimi K2.5's form), its gradient through log pi."""
-    return values.kl_coef * (log_prob - t.log_rollout).square()
+def kl_penalty(log_ratio: torch.Tensor, t: Tokens, values: Values) -> torch.Tensor:
+    """tau * (log pi/mu)^2 on every response token (Kimi K2.5's form), its gradient through log pi."""
+    return values.kl_coef * log_ratio.square()
 
 
 @register_mask(
@@ -101,7 +101,7 @@ GSPO = "GSPO (Zheng et al. 2025, arXiv 2507.18071); verl examples/gspo_trainer/r
 def sequence_clip(t: Tokens, eps_low: float, eps_high: float) -> torch.Tensor:
     """PPO's clip on the length-normalised sequence ratio s = exp(mean_t log pi_t/anchor_t), for every token of the
     sequence; tokens of a sequence with log s > 10 get no gradient, as in verl."""
-    log_s = t.sequence_mean(t.log_pi - t.log_anchor)
+    log_s = t.sequence_mean(t.log_ratio)
     s = log_s.clamp(max=GSPO_LOG_BOUND).exp()
     clipped = (t.up & (s > 1 + eps_high)) | (t.down & (s < 1 - eps_low))
     return clipped | ((t.up | t.down) & (log_s > GSPO_LOG_BOUND))
@@ -124,7 +124,7 @@ def sapo_gate(t: Tokens, tau_pos: float, tau_neg: float) -> torch.Tensor:
     """SAPO's loss -A f(r), f(r) = 4/tau sigmoid(tau (r - 1)), has the gradient -A r f'(r) grad log pi: the
     surrogate's weight r times the gate f'(r) = 4 sigmoid(tau (r - 1)) (1 - sigmoid(tau (r - 1))), 1 at r = 1.
     verl bounds log r at +-20 with a clamp that stops the gradient beyond: the gate is 0 there."""
-    log_r = t.log_pi - t.log_anchor
+    log_r = t.log_ratio
     r = log_r.clamp(-RATIO_LOG_BOUND, RATIO_LOG_BOUND).exp()
     tau = r.new_full(r.shape, tau_neg).masked_fill(t.up, tau_pos)
     s = (tau * (r - 1.0)).sigmoid()
@@ -146,7 +146,7 @@ OPEN_INSTRUCT_LOG_BOUND = 10.0  # open-instruct's compute_rho_correction bounds 
 def vaco(t: Tokens, delta: float) -> torch.Tensor:
     """Drop the tokens that move pi away from mu (sign(log pi/mu) * A > 0) in sequences whose mean |pi/mu - 1|
     exceeds delta; the others pass."""
-    log_r = (t.log_pi - t.log_anchor).clamp(-OPEN_INSTRUCT_LOG_BOUND, OPEN_INSTRUCT_LOG_BOUND)
+    log_r = t.log_ratio.clamp(-OPEN_INSTRUCT_LOG_BOUND, OPEN_INSTRUCT_LOG_BOUND)
     divergent = t.sequence_mean((log_r.exp() - 1.0).abs()) > delta
     moving_away = (t.up & (log_r > 0)) | (t.down & (log_r < 0))
     return divergent & moving_away

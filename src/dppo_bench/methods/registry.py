@@ -42,6 +42,14 @@ IS_CAP = Param(
 )
 
 
+def log_ratio(log_pi: torch.Tensor, log_mu: torch.Tensor) -> torch.Tensor:
+    """log(pi / mu) per token; 0 where both policies give the token probability 0 (log pi = log mu = -inf, as a padded
+    or impossible token can give): -inf - -inf would be NaN, and the NaN would reach the loss through its weight even
+    though the token gets no gradient. Equal (zero) probabilities are a ratio of 1, as for any unmoved token."""
+    both_impossible = log_pi.isneginf() & log_mu.isneginf()
+    return (log_pi - log_mu).masked_fill_(both_impossible, 0.0)
+
+
 @dataclass(frozen=True)
 class Tokens:
     """What a rule may read, one entry per token; detached float32 tensors of shape (batch, response_len).
@@ -65,6 +73,11 @@ class Tokens:
     @cached_property
     def anchor(self) -> torch.Tensor:
         return self.log_anchor.exp()
+
+    @cached_property
+    def log_ratio(self) -> torch.Tensor:
+        """log(pi / anchor), 0 for a token both give probability 0 (:func:`log_ratio`)."""
+        return log_ratio(self.log_pi, self.log_anchor)
 
     @cached_property
     def log_rollout(self) -> torch.Tensor:
@@ -94,7 +107,7 @@ class Tokens:
 
 
 RuleFn = Callable[..., "torch.Tensor"]  # (tokens, *arguments) -> bool mask (True = dropped) or a soft weight
-PenaltyFn = Callable[..., "torch.Tensor"]  # (log_prob with gradient, tokens, values) -> per-token penalty
+PenaltyFn = Callable[..., "torch.Tensor"]  # (log pi/mu with gradient, tokens, values) -> per-token penalty
 
 
 @dataclass(frozen=True)
@@ -106,7 +119,7 @@ class MaskRule:
     arguments: Callable[[Values], tuple] | None = None  # values -> fn's arguments; None: the declared order
     gate: Gate = "mask"
     ratio: Level = "token"  # the level of the importance ratio in the weight min(ratio, C)
-    penalty: PenaltyFn | None = None  # a per-token term added to the loss, with its own gradient
+    penalty: PenaltyFn | None = None  # a per-token function of log pi/mu added to the loss, with its own gradient
     topk_kind: Literal["tv", "kl"] | None = None  # the top-K divergence the rule reads, if any
     origin: str = field(default="", compare=False)  # the file of a rule loaded from a config root ("" otherwise)
 

@@ -7,7 +7,8 @@
   (``is_cap``, null = none);
 * the gate ``g_t``: ``1 - M_t`` for a hard mask M (the paper's rules, IcePop, KPop, VACO, GSPO's sequence clip) or
   a soft weight (SAPO's);
-* the penalty: a per-token term with its own gradient (prime-rl's ``tau * (log pi/mu)^2``), or none.
+* the penalty: a per-token function of log pi/mu with its own gradient (prime-rl's ``tau * (log pi/mu)^2``), or
+  none.
 
 It is aggregated by one of verl's modes (``token-mean``, ``seq-mean-token-sum``, ...) with verl's own ``agg_loss``,
 so both training backends normalise exactly as verl does. The IS weight always uses the rollout policy mu; the
@@ -24,8 +25,9 @@ from dataclasses import dataclass
 
 import torch
 
+from dppo_bench.divergence import LOG_FLOOR
 from dppo_bench.methods.params import Values
-from dppo_bench.methods.registry import MaskRule, Tokens
+from dppo_bench.methods.registry import MaskRule, Tokens, log_ratio
 
 LOG_RATIO_BOUND = 20.0  # as verl and Stable-RL: exp(20) ~ 4.9e8 keeps the weight finite
 BAD_UPDATE_DELTA = 0.5  # Fig. 5: a bad update is A < 0 with mu - pi >= 0.5
@@ -55,8 +57,8 @@ PART_STAT_NAMES = ("gate_mean", "penalty_mean")
 def importance_ratio(rule: MaskRule, tokens: Tokens, log_pi: torch.Tensor, log_mu: torch.Tensor) -> torch.Tensor:
     """pi/mu per token, or the sequence's length-normalised ratio at each of its tokens; log bounded at +-20."""
     if rule.ratio == "token":
-        return (log_pi - log_mu).clamp_(-LOG_RATIO_BOUND, LOG_RATIO_BOUND).exp_()
-    return tokens.sequence_mean(log_pi - log_mu).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND).exp()
+        return log_ratio(log_pi, log_mu).clamp_(-LOG_RATIO_BOUND, LOG_RATIO_BOUND).exp_()
+    return tokens.sequence_mean(log_ratio(log_pi, log_mu)).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND).exp()
 
 
 @dataclass(frozen=True)
@@ -108,8 +110,10 @@ def surrogate_parts(
     log_prob = log_prob.masked_fill(zero_prob, 0.0)
     per_token = -coef * log_prob
     penalty = None
-    if rule.penalty is not None:
-        penalty = rule.penalty(log_prob, tokens, values).masked_fill(zero_prob, 0.0)
+    if rule.penalty is not None:  # of log pi/mu with its gradient, bounded as the weight's; 0 where pi = 0, as its term
+        log_mu_floored = tokens.log_rollout.clamp(min=LOG_FLOOR)  # mu = 0: a large but finite log ratio
+        log_r = (log_prob - log_mu_floored).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND).masked_fill(zero_prob, 0.0)
+        penalty = rule.penalty(log_r, tokens, values)
         per_token = per_token + penalty
     return Parts(tokens, ratio, weight, gate, masked, coef, per_token, penalty)
 
@@ -167,6 +171,7 @@ def part_stats(response_mask: torch.Tensor, gate: torch.Tensor | None, penalty: 
     n = response_mask.sum().clamp(min=1)
     parts = {"gate_mean": gate, "penalty_mean": penalty}
     return {name: ((v.detach().float() * response_mask).sum() / n).item() for name, v in parts.items() if v is not None}
+
 
 
 @torch.no_grad()
