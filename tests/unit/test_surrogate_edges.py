@@ -111,7 +111,7 @@ def test_a_token_both_policies_give_probability_zero_keeps_every_mode_finite(nam
     is the one it has when that token is an ordinary one. (verl's own vanilla gives a NaN loss here.)"""
     log_pi = [[-0.5, -1.2, -0.1], [-0.7, -2.0, -0.3]]
     log_mu = [[-0.6, -1.0, -0.2], [-0.5, -2.2, -0.4]]
-    log_pi[0][0] = log_mu[0][0]  # an unmoved token (ratio 1), as the impossible one is (rules of sequence means count it)
+    log_pi[0][0] = log_mu[0][0]  # an unmoved token (ratio 1), as the impossible one is (sequence means count it)
     _, reference, _ = every_rule_loss(name, log_pi, log_mu, mode, padded)
     log_pi[0][0] = log_mu[0][0] = -math.inf
     loss, grad, stats = every_rule_loss(name, log_pi, log_mu, mode, padded)
