@@ -39,7 +39,6 @@ from dppo_bench.local.model import build_model, load_model, save_model
 from dppo_bench.local.tokenizer import build_tokenizer
 from dppo_bench.local.update import Batch, Loss, update
 from dppo_bench.methods.verl_losses import IN_LOSS, rollout_correction
-from dppo_bench.verl_plugin.entry import register_all
 from dppo_bench.verl_plugin.hyperparameters import LOSS_ENV, encode
 
 initialize_global_process_group_ray(timeout_second=60)
@@ -173,7 +172,6 @@ STATS = ["mask_frac", "is_ratio_mean", "masked_mu_mean", "gate_mean", "penalty_m
 out = {}
 for method in sys.argv[1:]:
     recipe = find_method(method)
-    register_all()  # a config root's rules, read with its recipes, as verl loss modes (workers get them by our channel)
     # the efficiency study's rules have only the efficiency profile
     profile = "efficiency" if "efficiency" in recipe.hyperparameters else setting.hyperparameter_profile
     hp = recipe.profile(profile)
