@@ -102,7 +102,7 @@ class Tokens:
         """Each sequence's mean of ``values`` over its response tokens, broadcast to its tokens (0 for a sequence
         without response tokens)."""
         valid = self.valid.to(values.dtype)
-        total = (values.where(self.valid, 0.0)).sum(-1, keepdim=True)
+        total = values.where(self.valid, 0.0).sum(-1, keepdim=True)
         return (total / valid.sum(-1, keepdim=True).clamp(min=1)).expand_as(values)
 
 
