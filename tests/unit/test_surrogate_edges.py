@@ -18,14 +18,12 @@ def loss_and_grad(log_prob_values, mask, mode="token-mean"):
     mu = torch.full_like(log_prob, -1.0)
     loss, stats = surrogate_loss(
         RULE,
+        RULE.values(delta=0.15, is_cap=None),
         log_prob=log_prob,
         mu_log_prob=mu,
         anchor_log_prob=mu,
         advantages=torch.tensor([[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]]),
         response_mask=mask,
-        low=0.15,
-        high=0.15,
-        is_cap=None,
         loss_agg_mode=mode,
     )
     loss.backward()
@@ -54,14 +52,12 @@ def test_a_batch_without_response_tokens_gives_zero_token_statistics():
         empty = torch.zeros(shape)
         _, stats = surrogate_loss(
             RULE,
+            RULE.values(delta=0.15, is_cap=2.0),
             log_prob=empty.requires_grad_(),
             mu_log_prob=empty,
             anchor_log_prob=empty,
             advantages=empty,
             response_mask=torch.zeros(shape, dtype=torch.bool),
-            low=0.15,
-            high=0.15,
-            is_cap=2.0,
         )
         assert stats == dict.fromkeys(STAT_NAMES, 0.0)
 
@@ -84,17 +80,15 @@ def every_rule_loss(name, log_pi_values, log_mu_values, mode, padded, mu_topk=No
         mu_kept = log_mu[..., None] if mu_topk is None else mu_topk
         pi_kept = log_pi.detach()[..., None].expand_as(mu_kept)
         topk = divergence.topk_divergence(mu_kept, pi_kept, rule.topk_kind)
+    declared = {p.name for p in rule.params}
     loss, stats = surrogate_loss(
         rule,
+        rule.values(**{k: v for k, v in HP.items() if k in declared}, is_cap=None),
         log_prob=log_pi,
         mu_log_prob=log_mu,
         anchor_log_prob=log_mu,
         advantages=torch.tensor([[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]]),
         response_mask=mask,
-        low=HP["eps_low"] if rule.thresholds.startswith("eps") else HP["delta"],
-        high=HP["eps_high"] if rule.thresholds.startswith("eps") else HP["delta"],
-        alpha=HP["alpha"],
-        is_cap=None,
         loss_agg_mode=mode,
         topk_divergence=topk,
         batch_info={"loss_scale_factor": 3} if mode.endswith("-norm") else None,
@@ -117,6 +111,7 @@ def test_a_token_both_policies_give_probability_zero_keeps_every_mode_finite(nam
     is the one it has when that token is an ordinary one. (verl's own vanilla gives a NaN loss here.)"""
     log_pi = [[-0.5, -1.2, -0.1], [-0.7, -2.0, -0.3]]
     log_mu = [[-0.6, -1.0, -0.2], [-0.5, -2.2, -0.4]]
+    log_pi[0][0] = log_mu[0][0]  # an unmoved token (ratio 1), as the impossible one is (sequence means count it)
     _, reference, _ = every_rule_loss(name, log_pi, log_mu, mode, padded)
     log_pi[0][0] = log_mu[0][0] = -math.inf
     loss, grad, stats = every_rule_loss(name, log_pi, log_mu, mode, padded)

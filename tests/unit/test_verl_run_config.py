@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 
 from dppo_bench.config import EXPERIMENTS_DIR, find_method, find_setting, load_experiment, setting_paths
 from dppo_bench.verl_plugin.compose import compose_ppo_config, validate
+from dppo_bench.verl_plugin.hyperparameters import LOSS_ENV, decode
 from dppo_bench.verl_plugin.run_config import REWARD_FUNCTION, RunPaths, run_overrides
 
 SETTINGS = {p.stem: find_setting(p.stem) for p in setting_paths()}
@@ -50,7 +51,7 @@ def test_the_pair_composes_into_a_valid_verl_config(setting, method):
     cfg = compose_ppo_config(run_overrides(recipe, s, 0, PATHS))
     typed = validate(cfg)
     actor, rollout = typed["actor"], typed["rollout"]
-    assert actor.policy_loss.loss_mode == recipe.mask
+    assert actor.policy_loss.loss_mode == recipe.loss_mode
     assert typed["rollout_correction"].bypass_mode is (recipe.anchor == "rollout")
     assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size * s.train.mini_batches == s.train.prompts_per_step
     fsdp = "fsdp2" if s.verl.device == "cpu" else "fsdp"  # FSDP1 cannot run on CPU parameters
@@ -89,7 +90,8 @@ def test_sanity_setting_pins_the_papers_values():
     assert list(cfg.data.val_files) == ["/data/aime24.parquet", "/data/aime25.parquet"]
     assert actor.optim.lr == 1e-6 and actor.optim.weight_decay == 0.01 and actor.optim.clip_grad == 1.0
     assert actor.loss_agg_mode == "seq-mean-token-sum-norm" and actor.loss_scale_factor == 6976
-    assert (actor.clip_ratio_low, actor.clip_ratio_high, actor.clip_ratio_c) == (0.15, 0.15, 1e4)
+    env = cfg.ray_kwargs.ray_init.runtime_env.env_vars
+    assert decode(recipe.rule, env[LOSS_ENV]).values() == {"delta": 0.15, "is_cap": None}  # our channel to the workers
     assert actor.use_kl_loss is False and actor.entropy_coeff == 0
     assert typed["rollout_correction"].bypass_mode is True and typed["rollout_correction"].rollout_is is None
     assert (rollout.temperature, rollout.top_p, rollout.top_k, rollout.seed) == (1.0, 1.0, -1, 3)

@@ -8,7 +8,8 @@ import argparse
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("methods", help="list method recipes; show verl overrides; check the verl plugin")
     sub = p.add_subparsers(dest="action", required=True)
-    sub.add_parser("list", help="every recipe with its mask, anchor and profiles").set_defaults(func=list_methods)
+    listing = sub.add_parser("list", help="every recipe with its rule or verl loss, anchor and profiles")
+    listing.set_defaults(func=list_methods)
     ov = sub.add_parser("overrides", help="the verl overrides of one method and profile")
     ov.add_argument("method")
     ov.add_argument("--profile", default="sanity")
@@ -22,8 +23,9 @@ def list_methods(args: argparse.Namespace) -> int:
     from dppo_bench.config import load_methods
 
     for rid, recipe in load_methods().items():
-        profiles = ", ".join(f"{name} {hp.values()}" for name, hp in recipe.hyperparameters.items())
-        print(f"{rid:28s} {recipe.display_name:26s} mask={recipe.mask} anchor={recipe.anchor}  {profiles}")
+        profiles = ", ".join(f"{name} {recipe.profile(name).values()}" for name in recipe.hyperparameters)
+        kind = f"mask={recipe.mask}" if recipe.rule is not None else f"verl_loss={recipe.verl_loss}"
+        print(f"{rid:28s} {recipe.display_name:26s} {kind} anchor={recipe.anchor}  {profiles}")
     return 0
 
 

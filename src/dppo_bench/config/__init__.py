@@ -21,8 +21,6 @@ from dppo_bench.config.experiments import (
 from dppo_bench.config.identity import canonical_sha256, identity_sha256
 from dppo_bench.config.loader import entry_paths, load_model, locate
 from dppo_bench.config.methods import (
-    IS_CAP_LIMIT,
-    Hyperparameters,
     MethodRecipe,
     find_method,
     load_method,
@@ -36,6 +34,7 @@ from dppo_bench.config.roots import (
     METHODS_DIR,
     PROMPTS_DIR,
     REPO_ROOT,
+    RULES_DIR,
     SETTINGS_DIR,
 )
 from dppo_bench.config.settings import (
@@ -55,16 +54,15 @@ __all__ = [
     "EVAL_DIR",
     "EXPERIMENTS_DIR",
     "ID_PATTERN",
-    "IS_CAP_LIMIT",
     "METHODS_DIR",
     "PROMPTS_DIR",
     "REPO_ROOT",
+    "RULES_DIR",
     "SETTINGS_DIR",
     "TABLE_STATS",
     "Column",
     "ConfigError",
     "Experiment",
-    "Hyperparameters",
     "LocalSpec",
     "MaskedTokenTable",
     "MethodRecipe",

@@ -13,11 +13,12 @@ from pathlib import Path
 
 from dppo_bench.config import MethodRecipe, Setting
 from dppo_bench.methods.masked_tokens import RUN_DIR_NAME as MASKED_TOKENS_RUN_DIR
+from dppo_bench.verl_plugin.hyperparameters import RAY_ENV_VARS
 from dppo_bench.verl_plugin.overrides import ACTOR, method_overrides
 
 ROLLOUT = "actor_rollout_ref.rollout"
 MODEL = "actor_rollout_ref.model"
-ENV = "+ray_kwargs.ray_init.runtime_env.env_vars"
+ENV = RAY_ENV_VARS
 REWARD_FUNCTION = Path(__file__).resolve().parents[1] / "eval" / "verl_reward.py"
 PROJECT = "dppo-bench"
 MISMATCH_EVERY_KEY = "dppo_bench_mismatch_every"  # in rollout.custom, verl's free extension dict
