@@ -264,12 +264,16 @@ def test_verls_cispo_at_its_example_values_is_pg_tis_with_a_cap_of_1_2(data):
     fn = core_algos.get_policy_loss_fn("cispo")
     kw = dict(old_log_prob=data["log_mu"], advantages=data["adv"], response_mask=data["mask"])
     _, ours_loss, ours_grad = ours("pg_tis", data, is_cap=1.2)
-    v_loss, v_grad = grad_of(lambda lp: fn(log_prob=lp, config=actor("cispo", clip_ratio_low=10.0,
-                                                                      clip_ratio_high=0.2), **kw)[0], data["log_pi"])
+    v_loss, v_grad = grad_of(
+        lambda lp: fn(log_prob=lp, config=actor("cispo", clip_ratio_low=10.0, clip_ratio_high=0.2), **kw)[0],
+        data["log_pi"],
+    )
     torch.testing.assert_close(ours_loss, v_loss, **TIGHT)
     torch.testing.assert_close(ours_grad, v_grad, **TIGHT)
-    _, d_grad = grad_of(lambda lp: fn(log_prob=lp, config=actor("cispo", clip_ratio_low=0.2,
-                                                                  clip_ratio_high=0.2), **kw)[0], data["log_pi"])
+    _, d_grad = grad_of(
+        lambda lp: fn(log_prob=lp, config=actor("cispo", clip_ratio_low=0.2, clip_ratio_high=0.2), **kw)[0],
+        data["log_pi"],
+    )
     differ = ~torch.isclose(ours_grad, d_grad, rtol=1e-6, atol=1e-12)
     low_ratio = (data["log_pi"] - data["log_mu"]).exp() < 0.8
     assert differ.any() and low_ratio[differ].all()

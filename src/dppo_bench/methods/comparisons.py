@@ -150,4 +150,3 @@ def vaco(t: Tokens, delta: float) -> torch.Tensor:
     divergent = t.sequence_mean((log_r.exp() - 1.0).abs()) > delta
     moving_away = (t.up & (log_r > 0)) | (t.down & (log_r < 0))
     return divergent & moving_away
-

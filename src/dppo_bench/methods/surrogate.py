@@ -173,7 +173,6 @@ def part_stats(response_mask: torch.Tensor, gate: torch.Tensor | None, penalty: 
     return {name: ((v.detach().float() * response_mask).sum() / n).item() for name, v in parts.items() if v is not None}
 
 
-
 @torch.no_grad()
 def token_stats(
     tokens: Tokens,

@@ -91,4 +91,3 @@ def load_channel_module() -> None:
     module = _parse(text).get("module") if text else None
     if module:
         load_rule_file(module)
-

@@ -68,7 +68,6 @@ def verl_loss_overrides(loss: VerlLoss, anchor: Anchor, values: Values) -> list[
     return overrides
 
 
-
 def topk_overrides(k: int) -> list[str]:
     """What a Top-K loss mode needs from verl besides the loss (see :mod:`dppo_bench.verl_plugin.topk`).
 
