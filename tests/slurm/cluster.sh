@@ -61,7 +61,7 @@ install_packages() {
 write_conf() {
     local host cpus mem
     host=$(hostname -s)
-    cpus=$(nproc)
+    cpus=$(($(nproc) > 4 ? $(nproc) : 4)) # at least the 4 CPUs of a verl run's evaluation job (its math-verify workers)
     mem=$(($(awk '/^MemTotal:/ {print $2}' /proc/meminfo) / 1024 / 2)) # MB: half the machine's memory per node
     mkdir -p "$(dirname "$CONF")"
     cat >"$CONF" <<EOF
