@@ -283,4 +283,4 @@ def test_one_node_or_a_users_cluster_runs_verl_directly():
 
     assert L.run_trainer(["t"], {}, 1, 8, popen=popen, plan=no_cluster)[1]["ray"] == "started by verl"
     assert L.run_trainer(["t"], {"RAY_ADDRESS": "h:1"}, 4, 8, popen=popen, plan=no_cluster)[1]["ray"] == "h:1"
-    assert seen == [(["t"], None), (["t"], "h:1")]
+    assert seen == [(["t"], "local"), (["t"], "h:1")]  # local: a Ray of its own, whatever runs on the machine
