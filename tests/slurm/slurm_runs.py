@@ -97,9 +97,13 @@ def job_processes(job_ids: set[str]) -> list[str]:
     return found
 
 
-def wait_until(condition, timeout: float, what: str, period: float = 1.0):
+def wait_until(condition, timeout: float, what: str, period: float = 1.0, proc: subprocess.Popen | None = None):
+    """``condition()``'s first true value; an error after ``timeout``, or as soon as ``proc`` (the snakemake run
+    that should bring it about) has exited."""
     deadline = time.monotonic() + timeout
     while not (value := condition()):
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"{what}: snakemake exited with {proc.returncode} first")
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not after {timeout:.0f} s")
         time.sleep(period)

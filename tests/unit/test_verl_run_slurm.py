@@ -171,12 +171,14 @@ class FakeSlurm:
     def __init__(self, answers, die=None):
         self.answers, self.die, self.steps, self.probed = list(answers), die, [], []
 
-    def popen(self, argv, **_):
+    def popen(self, argv, env):
         step = FakeStep(argv, dies=self.die is not None and self.die in argv)
+        step.env = env
         self.steps.append(step)
         return step
 
-    def probe(self, address):
+    def probe(self, address, env):
+        assert env["RAY_AUTH_MODE"] == "token" and env["RAY_AUTH_TOKEN"]  # the cluster's token lets the probe in
         self.probed.append((address, len(self.steps)))
         return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
 
@@ -185,7 +187,9 @@ def test_head_first_then_workers_then_wait_for_every_gpu():
     fake = FakeSlurm([None, (1, 8), (2, 16), (3, 24)])
     ray = S.RayOnSlurm(CLUSTER, probe=fake.probe, popen=fake.popen, poll_s=0, log=lambda _: None)
     with ray as env:
-        assert env == {"RAY_ADDRESS": "10.1.0.1:6379"}
+        token = env.pop("RAY_AUTH_TOKEN")
+        assert env == {"RAY_ADDRESS": "10.1.0.1:6379", "RAY_AUTH_MODE": "token"} and len(token) == 64
+        assert all(s.env["RAY_AUTH_TOKEN"] == token for s in fake.steps)  # every node's Ray gets the same token
         assert [s.argv for s in fake.steps] == [
             S.head_command(CLUSTER),
             S.worker_command(CLUSTER, "gpu02"),
@@ -229,7 +233,7 @@ def test_a_step_that_ignores_the_stop_is_killed():
         return steps[-1]
 
     one = S.RayCluster(head="n1", workers=(), head_ip="10.0.0.9", gpus_per_node=4)
-    with S.RayOnSlurm(one, probe=lambda _: (1, 4), popen=popen, poll_s=0, stop_timeout_s=0, log=lambda _: None):
+    with S.RayOnSlurm(one, probe=lambda *_: (1, 4), popen=popen, poll_s=0, stop_timeout_s=0, log=lambda _: None):
         pass
     assert steps[0].signals == ["TERM", "KILL"]
 
