@@ -6,7 +6,7 @@ from snakemake.utils import validate
 
 from dppo_bench import config as dc
 from dppo_bench.config.suite import load_suite
-from dppo_bench.plan import PROBE_RUNTIME_MIN
+from dppo_bench.plan import PROBE_RUNTIME_MIN, on_gpus
 from dppo_bench.verify import changed_records
 
 validate(config, "../schemas/config.schema.yaml")
@@ -199,10 +199,6 @@ def experiment_shown(w):
 # profile can only do rule by rule (profiles/slurm); local and verl-on-CPU jobs never ask for a GPU.
 def setting_ids(keep):
     return "|".join(sorted(s for s, v in SETTINGS.items() if keep(v))) or "(?!)"  # (?!): no id at all
-
-
-def on_gpus(setting):
-    return setting.backend == "verl" and setting.verl.device != "cpu"
 
 
 LOCAL_SETTINGS = setting_ids(lambda s: s.backend == "local")
