@@ -71,8 +71,8 @@ def render_index() -> str:
         "the runs of nodes x GPUs per node x run-time limit from the setting files, the most the runs can hold; "
         "`dppo-bench plan <id>` lists each run's share and what already exists on disk (local settings: CPU-minutes "
         "from the measured step cost). CPU: every job runs on the CPU (the local backend, or verl with "
-        "`verl.device: cpu`), on this machine with `--cores 2` as written, or through SLURM with `--profile profiles/slurm`; "
-        "each verl run takes minutes (README, \"The cluster path on CPU\").",
+        "`verl.device: cpu`), on this machine with `--cores 2` as written, or through SLURM with "
+        "`--profile profiles/slurm`; each verl run takes minutes (README, \"The cluster path on CPU\").",
         "",
     ]
     for path in sorted(EXPERIMENTS_DIR.glob("*.yaml")):
