@@ -6,7 +6,8 @@ a cluster: `snakemake` prepares the data with `dppo-bench data prepare`, builds 
 One binary, one Top-K and one recompute-anchored method (recipes/settings/tiny_verl.yaml, 8 steps, a checkpoint
 and a validation every 4), and the mismatch probe of Fig. 2 through verl (experiment verl_cpu_mismatch). The
 recompute run is first killed twice with SIGKILL during training, as a crashed or cancelled job dies (its whole
-process group and every Ray process it started), and then resumed by the pipeline.
+process group and every Ray process it started), and then resumed by the pipeline. A Ray cluster that `ray start`
+left running stays beside them all along, findable by every run's Ray: each starts one of its own.
 """
 
 import importlib.util
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from ray_fixtures import foreign_ray_head
 from snakemake_fixtures import ENV, snakemake
 
 from dppo_bench.config import find_setting
@@ -94,7 +96,17 @@ def train_until_killed(workdir: Path, method: str, attempt: int, after_step: int
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
+def foreign_ray():
+    """A Ray cluster `ray start` left on the machine, which every Ray of this module's runs would find: one-node verl
+    runs must start their own beside it (RAY_ADDRESS=local, by the launcher)."""
+    with foreign_ray_head() as head, pytest.MonkeyPatch.context() as env:
+        env.setitem(ENV, "RAY_TMPDIR", head.tmpdir)
+        yield head
+        assert head.alive()
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, foreign_ray):
     workdir = tmp_path_factory.mktemp("verl_cpu")
     prepared = snakemake(workdir, "--cores", "2", *DATA, MODEL)
     assert prepared.returncode == 0, prepared.stderr[-3000:]
