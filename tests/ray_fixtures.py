@@ -36,9 +36,11 @@ def _free_port() -> int:
 
 
 @contextmanager
-def foreign_ray_head(timeout_s: float = 120.0) -> Iterator[ForeignRay]:
+def foreign_ray_head(port: int | None = None, timeout_s: float = 120.0) -> Iterator[ForeignRay]:
+    """``port``: its GCS port (default: a free one; 6379 is where Ray's own default would put it)."""
     tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths must stay under 108 characters
-    argv = [str(RAY), "start", "--head", f"--port={_free_port()}", "--num-cpus=1", "--include-dashboard=false"]
+    port = port or _free_port()
+    argv = [str(RAY), "start", "--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false"]
     head = subprocess.Popen(
         [*argv, "--block"],
         env={**_env(), "RAY_TMPDIR": tmp},

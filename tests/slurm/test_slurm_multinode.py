@@ -1,7 +1,8 @@
 """A two-node training job on the real SLURM: the plugin's mpi job over both nodes, the launcher's Ray bootstrap
 (scontrol for the nodes, ``srun ray start`` on each, the driver on the head), ``scancel`` while it trains, and the
-rerun that resumes from the last checkpoint. The trainer is a Ray driver (ray_driver.py) that runs a task on each
-node and then writes verl's records as tests/fake_main_ppo.py does: verl itself on two nodes does not fit CI."""
+rerun that resumes from the last checkpoint, all with a Ray of a user's own running on the machine at Ray's default
+port. The trainer is a Ray driver (ray_driver.py) that runs a task on each node and then writes verl's records as
+tests/fake_main_ppo.py does: verl itself on two nodes does not fit CI."""
 
 import json
 import subprocess
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ray_fixtures import foreign_ray_head
 from slurm_runs import finish, job_processes, jobs_of_run, run_uuids, snakemake_on_slurm, squeue, wait_until
 from snakemake_fixtures import recipe_root
 from verl_fixtures import write_parquet
@@ -17,6 +19,7 @@ from verl_fixtures import write_parquet
 from dppo_bench.config import SETTINGS_DIR, setting_data
 from dppo_bench.config.roots import ROOT_VARIABLE
 from dppo_bench.eval.spec import load_any, load_benchmark
+from dppo_bench.verl_plugin.slurm import ray_port
 
 RAY_DRIVER = Path(__file__).with_name("ray_driver.py")
 SETTING, METHOD = "two_node_cpu", "dppo_binary_tv"
@@ -47,8 +50,16 @@ def running_job(work: Path) -> dict | None:
     return next((j for u in uuids[-1:] for j in jobs_of_run(u) if j["state"] == "RUNNING"), None)
 
 
+@pytest.fixture
+def users_ray():
+    """A Ray cluster left running on the machine, both nodes' host, at Ray's default port."""
+    with foreign_ray_head(port=6379) as head:
+        yield head
+        assert head.alive()
+
+
 @pytest.mark.slow
-def test_a_two_node_job_builds_ray_on_both_nodes_and_resumes_after_scancel(slurm_profile, tmp_path):
+def test_a_two_node_job_builds_ray_on_both_nodes_and_resumes_after_scancel(slurm_profile, users_ray, tmp_path):
     root, work, report = recipe_root(tmp_path), tmp_path / "work", tmp_path / "ray_driver.jsonl"
     prepared_inputs(work, two_node_setting(root))
     env = {
@@ -82,6 +93,7 @@ def test_a_two_node_job_builds_ray_on_both_nodes_and_resumes_after_scancel(slurm
 
     seen = [json.loads(line) for line in report.read_text().splitlines()]
     assert [s["workers"][0]["slurm_job"] for s in seen] == [job["id"], resumed["id"]]
+    assert [s["ray_address"] for s in seen] == [f"127.0.0.1:{ray_port(j)}" for j in (job["id"], resumed["id"])]
     for s in seen:  # Ray spans the allocation: a worker on each node, the driver on the head, a GPU per node
         assert sorted(w["slurm_node"] for w in s["workers"]) == ["node1", "node2"]
         assert s["driver_node"] == "node1" and s["gpus"] == 2

@@ -56,7 +56,7 @@ def test_plan_takes_the_first_nodes_of_the_allocation():
     job = S.SlurmJob.from_env({**ENV, "SLURM_JOB_NODELIST": "gpu[01-04]", "SLURM_CPUS_PER_TASK": "32"})
     cluster = S.plan_cluster(job, 3, 8, output=output)
     assert (cluster.head, cluster.workers, cluster.head_ip) == ("gpu01", ("gpu02", "gpu03"), "10.1.0.1")
-    assert cluster.cpus_per_node == 32 and cluster.address == "10.1.0.1:6379"
+    assert cluster.cpus_per_node == 32 and cluster.address == "10.1.0.1:24242"  # not 6379: a user's Ray may be there
     assert calls[1] == S.ip_command("gpu01", "4242") and cluster.job_id == "4242"
     with pytest.raises(S.ClusterError, match="needs 5 nodes; SLURM job 4242 has 4"):
         S.plan_cluster(job, 5, 8, output=output)

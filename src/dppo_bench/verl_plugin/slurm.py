@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -28,7 +29,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-RAY_PORT = 6379
+RAY_PORT = 6379  # Ray's own default, for a cluster planned outside an allocation
+
+
+def ray_port(job_id: str) -> int:
+    """The head's port in allocation ``job_id``: not Ray's default 6379, where a Ray that a user left running on
+    the node would be in the way, and distinct for jobs that share a node; below Linux's ephemeral range."""
+    digits = re.match(r"\d*", job_id)[0]  # 123, or 123 of an array task's 123_4
+    return 20000 + int(digits or 0) % 10000
 
 
 class ClusterError(RuntimeError):
@@ -175,6 +183,7 @@ def plan_cluster(
         head_ip=parse_ip(output(ip_command(hosts[0], job.job_id))),
         gpus_per_node=gpus_per_node,
         cpus_per_node=job.cpus_per_task,
+        port=ray_port(job.job_id),
         ray=str(ray) if ray.exists() else "ray",
         job_id=job.job_id,
     )
