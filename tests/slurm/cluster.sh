@@ -139,7 +139,7 @@ start() {
     local why
     why=$(unfit)
     if [[ -n $why ]]; then say "cannot start: $why"; exit 3; fi
-    if [[ -s $STATE/pids ]]; then say "already started (pids in $STATE/pids); stop it first"; exit 1; fi
+    if [[ -s $STATE/pids ]]; then say "a cluster of an earlier start is still up: stopping it first"; stop; fi
     mkdir -p "$STATE"
     rm -f "$STATE"/*.log "$STATE"/*.out
     install_packages
