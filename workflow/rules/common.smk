@@ -210,7 +210,7 @@ GPU_SETTINGS = setting_ids(on_gpus)
 # CPUs of a job that uses the whole machine it runs on (tiny pretraining, verl on the CPU). On one machine: every
 # core given with --cores (Snakemake runs nothing beside it). On a cluster, where each job is an allocation of its
 # own and no --cores is needed, CLUSTER_MACHINE_THREADS, the same when the executor submits the job and when the
-# job runs in its allocation (raise it with --set-threads tiny_pretrain=8 train=8).
+# job runs in its allocation (--set-threads tiny_pretrain=8 raises it for a rule).
 CLUSTER_MACHINE_THREADS = 2
 
 
