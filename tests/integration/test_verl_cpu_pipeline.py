@@ -10,6 +10,7 @@ process group and every Ray process it started), and then resumed by the pipelin
 left running stays beside them all along, findable by every run's Ray: each starts one of its own.
 """
 
+import contextlib
 import importlib.util
 import json
 import math
@@ -63,7 +64,8 @@ def logged_steps(log: Path) -> list[int]:
 def kill_job(process: subprocess.Popen, token: str) -> None:
     """SIGKILL for the launcher's process group and for every process it started (Ray's daemons and workers run in
     sessions of their own, as a cluster's job cgroup would not let them): they all carry the test's token."""
-    os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):  # the group is gone when the launcher ended by itself
+        os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     for proc in psutil.process_iter():
         try:
@@ -88,7 +90,9 @@ def train_until_killed(workdir: Path, method: str, attempt: int, after_step: int
         deadline = time.monotonic() + 900
         try:
             while max(logged_steps(log), default=-1) < after_step:
-                assert process.poll() is None, f"attempt {attempt} ended early: {(workdir / f'attempt-{attempt}.log')}"
+                if process.poll() is not None:
+                    tail = (workdir / f"attempt-{attempt}.log").read_text()[-5000:]
+                    raise AssertionError(f"attempt {attempt} ended early with {process.returncode}:\n{tail}")
                 assert time.monotonic() < deadline, f"attempt {attempt} logged no step {after_step} in 15 minutes"
                 time.sleep(1)
         finally:

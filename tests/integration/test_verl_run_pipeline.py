@@ -10,6 +10,7 @@ from snakemake_fixtures import ENV, REPO, job_counts, snakemake
 from verl_fixtures import FAKE_COMMAND, write_parquet
 
 from dppo_bench.config import EXPERIMENTS_DIR, find_setting, load_experiment
+from dppo_bench.io import file_sha256
 from dppo_bench.plan import on_gpus
 
 EXPERIMENT_IDS = sorted(p.stem for p in EXPERIMENTS_DIR.glob("*.yaml"))
@@ -126,7 +127,10 @@ def test_the_planned_training_command_runs_a_verl_run_to_completion(tmp_path):
     run_dir = tmp_path / "results/runs/sanity_r1d_1p5b/dppo_binary_tv/seed0"
     steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(3601))
-    assert json.loads((run_dir / "train.completed").read_text()) == {"status": "completed", "last_step": 3600}
+    records = {p.name: file_sha256(p) for p in (run_dir / "run.json", run_dir / "metrics.jsonl")}  # it vouches for
+    assert json.loads((run_dir / "train.completed").read_text()) == {
+        "status": "completed", "last_step": 3600, "records": records,
+    }  # fmt: skip
     info = json.loads((run_dir / "run.json").read_text())
     assert info["status"] == "completed" and info["verl"]["command"] == list(FAKE_COMMAND)
     assert sorted(int(p.stem) for p in (run_dir / "validation").glob("*.jsonl")) == list(range(0, 3601, 100))

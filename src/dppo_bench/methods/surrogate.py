@@ -73,7 +73,7 @@ def surrogate_loss(
         log_mu = mu_log_prob.float()
         log_anchor = log_mu if anchor_log_prob is mu_log_prob else anchor_log_prob.float()
         tokens = Tokens(log_pi, log_anchor, advantages.float(), topk_divergence)
-        ratio = (log_pi - log_mu).clamp_(-LOG_RATIO_BOUND, LOG_RATIO_BOUND).exp_()
+        ratio = log_ratio(log_pi, log_mu).clamp_(-LOG_RATIO_BOUND, LOG_RATIO_BOUND).exp_()
         weight = ratio if is_cap is None else ratio.clamp(max=is_cap)
         masked = rule(tokens, low, high, alpha) & response_mask
         if on_masked is not None:
@@ -85,6 +85,14 @@ def surrogate_loss(
     loss = agg_loss(-coef * log_prob, response_mask, loss_agg_mode, **(batch_info or {}))
     mu = tokens.anchor if log_anchor is log_mu else log_mu.exp()
     return loss, token_stats(tokens, mu, ratio, masked, response_mask, is_cap, entropy)
+
+
+def log_ratio(log_pi: torch.Tensor, log_mu: torch.Tensor) -> torch.Tensor:
+    """log(pi / mu) per token; 0 where both policies give the token probability 0 (log pi = log mu = -inf, as a padded
+    or impossible token can give): -inf - -inf would be NaN, and the NaN would reach the loss through its weight even
+    though the token gets no gradient. Equal (zero) probabilities are a ratio of 1, as for any unmoved token."""
+    both_impossible = torch.isneginf(log_pi) & torch.isneginf(log_mu)
+    return (log_pi - log_mu).masked_fill_(both_impossible, 0.0)
 
 
 @torch.no_grad()
