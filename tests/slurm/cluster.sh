@@ -17,6 +17,7 @@ set -euo pipefail
 STATE=${DPPO_BENCH_SLURM_STATE:-/var/tmp/dppo-bench-slurm}
 CONF=/etc/slurm/slurm.conf
 MARK="# written by dppo-bench tests/slurm/cluster.sh"
+CLUSTER=dppo-ci
 NODES=(node1 node2)
 PACKAGES=(slurmctld slurmd slurm-client munge)
 
@@ -66,7 +67,7 @@ write_conf() {
     mkdir -p "$(dirname "$CONF")"
     cat >"$CONF" <<EOF
 $MARK: a two-node test cluster on $host
-ClusterName=dppo-ci
+ClusterName=$CLUSTER
 SlurmctldHost=$host(127.0.0.1)
 SlurmctldPort=6817
 SlurmUser=root
@@ -169,6 +170,32 @@ stop_daemons() {
     done <"$STATE/pids"
 }
 
+# Processes started inside this cluster's jobs (SLURM_CLUSTER_NAME=dppo-ci in their environment) that outlived
+# them: proctrack/linuxproc follows a job's processes by parentage, so one whose parent died first escapes its end.
+job_stragglers() {
+    local env
+    for env in /proc/[0-9]*/environ; do
+        if { tr '\0' '\n' <"$env"; } 2>/dev/null | grep -qx "SLURM_CLUSTER_NAME=$CLUSTER"; then
+            local p=${env#/proc/}
+            echo "${p%/environ}"
+        fi
+    done
+    return 0
+}
+
+end_stragglers() {
+    local left
+    left=$(job_stragglers | paste -sd ' ')
+    [[ -n $left ]] || return 0
+    say "ending processes of the cluster's jobs that outlived them: $left"
+    # shellcheck disable=SC2086
+    kill -TERM $left 2>/dev/null || true
+    wait_for "their end" '[[ -z $(job_stragglers) ]]' 10 2>/dev/null || {
+        # shellcheck disable=SC2046
+        kill -KILL $(job_stragglers) 2>/dev/null || true
+    }
+}
+
 stop() {
     if [[ ! -s $STATE/pids ]]; then say "not running (no $STATE/pids)"; return 0; fi
     local jobs
@@ -182,10 +209,11 @@ stop() {
     # job steps (slurmstepd) outlive slurmd: wait until none is left before stopping the daemons
     wait_for "the job steps' end" '! pids_of slurmstepd | grep -q .' 60 || true
     stop_daemons
+    end_stragglers
     rm -f "$STATE/pids"
     if grep -qF "$MARK" "$CONF" 2>/dev/null; then rm -f "$CONF"; fi
     local left
-    left=$(for d in slurmstepd slurmd slurmctld; do pids_of "$d"; done | paste -sd ' ')
+    left=$({ for d in slurmstepd slurmd slurmctld; do pids_of "$d"; done; job_stragglers; } | paste -sd ' ')
     if [[ -n $left ]]; then say "still running after stop: pids $left"; exit 1; fi
     say "stopped"
 }

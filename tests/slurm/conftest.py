@@ -96,4 +96,3 @@ def slurm_profile(slurm_cluster, tmp_path) -> Path:
     directory.mkdir()
     (directory / "profile.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
     return directory
-

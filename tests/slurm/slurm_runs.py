@@ -4,27 +4,46 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from subprocess import Popen
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def snakemake_on_slurm(workdir: Path, profile: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
+@contextmanager
+def snakemake_on_slurm(workdir: Path, profile: Path, *args: str, env: dict | None = None) -> Iterator[Popen]:
     """``snakemake --profile PROFILE ARGS`` in ``workdir`` (the plugin keeps its logs in the working directory),
-    started, not awaited; its output goes to ``workdir/snakemake.out``."""
+    running while the block runs; its output goes to ``workdir/snakemake.out``. If it still runs at the end (a
+    failed test), it is interrupted as Ctrl-C would (Snakemake then cancels its SLURM jobs) and killed after 60 s;
+    any job of its run left in the queue is cancelled."""
     workdir.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--profile", str(profile), *args]
     base = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     with (workdir / "snakemake.out").open("a") as out:
-        return subprocess.Popen(cmd, cwd=workdir, env={**base, **(env or {})}, stdout=out, stderr=subprocess.STDOUT)
+        proc = Popen(cmd, cwd=workdir, env={**base, **(env or {})}, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            for uuid in run_uuids((workdir / "snakemake.out").read_text()):
+                subprocess.run(["scancel", "--name", uuid], capture_output=True)
 
 
-def finish(proc: subprocess.Popen, workdir: Path, timeout: float) -> tuple[int, str]:
+def finish(proc: Popen, workdir: Path, timeout: float) -> tuple[int, str]:
     proc.wait(timeout=timeout)
     return proc.returncode, (workdir / "snakemake.out").read_text()
 
@@ -97,7 +116,7 @@ def job_processes(job_ids: set[str]) -> list[str]:
     return found
 
 
-def wait_until(condition, timeout: float, what: str, period: float = 1.0, proc: subprocess.Popen | None = None):
+def wait_until(condition, timeout: float, what: str, period: float = 1.0, proc: Popen | None = None):
     """``condition()``'s first true value; an error after ``timeout``, or as soon as ``proc`` (the snakemake run
     that should bring it about) has exited."""
     deadline = time.monotonic() + timeout

@@ -71,13 +71,13 @@ def test_a_two_node_job_builds_ray_on_both_nodes_and_resumes_after_scancel(slurm
     run_dir = work / RUN
 
     # attempt 1: trains to step 4's checkpoint and hangs at step 5, until scancel
-    first = snakemake_on_slurm(work, slurm_profile, *target, env={**env, "FAKE_HANG_AT": "5"})
-    job = wait_until(lambda: running_job(work), 300, "the training job running", proc=first)
-    assert (job["nodes"], job["nodelist"]) == ("2", "node[1-2]")
-    saved = run_dir / "checkpoints/global_step_4"
-    wait_until(lambda: report.is_file() and saved.is_dir(), 300, "step 4 saved", proc=first)
-    subprocess.run(["scancel", job["id"]], check=True)
-    code, out = finish(first, work, timeout=300)
+    with snakemake_on_slurm(work, slurm_profile, *target, env={**env, "FAKE_HANG_AT": "5"}) as first:
+        job = wait_until(lambda: running_job(work), 300, "the training job running", proc=first)
+        assert (job["nodes"], job["nodelist"]) == ("2", "node[1-2]")
+        saved = run_dir / "checkpoints/global_step_4"
+        wait_until(lambda: report.is_file() and saved.is_dir(), 300, "step 4 saved", proc=first)
+        subprocess.run(["scancel", job["id"]], check=True)
+        code, out = finish(first, work, timeout=300)
     assert code != 0 and f"SLURM-job '{job['id']}' failed" in out, out[-3000:]
     assert squeue("-j", job["id"])[0]["state"] == "CANCELLED"
     # the launcher, the trainer and Ray on both nodes end with the job
@@ -85,8 +85,8 @@ def test_a_two_node_job_builds_ray_on_both_nodes_and_resumes_after_scancel(slurm
     assert not (run_dir / "train.completed").exists()
 
     # attempt 2: the same command resumes from step 4 on a fresh Ray cluster and finishes
-    second = snakemake_on_slurm(work, slurm_profile, *target, env=env)
-    code, out = finish(second, work, timeout=600)
+    with snakemake_on_slurm(work, slurm_profile, *target, env=env) as second:
+        code, out = finish(second, work, timeout=600)
     assert code == 0, out[-4000:]
     (resumed,) = [j for j in jobs_of_run(run_uuids(out)[-1]) if j["state"] == "COMPLETED"]
     assert resumed["nodelist"] == "node[1-2]"

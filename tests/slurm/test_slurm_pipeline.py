@@ -15,8 +15,8 @@ JOBS = {"tiny_data": 1, "tiny_pretrain": 1, "train": 3, "evaluate": 3, "aggregat
 @pytest.mark.slow
 def test_tiny_smoke_runs_every_job_once_through_sbatch(slurm_profile, tmp_path):
     work = tmp_path / "work"
-    with QueueWatch() as watch:
-        code, out = finish(snakemake_on_slurm(work, slurm_profile, "tiny_smoke"), work, timeout=1200)
+    with QueueWatch() as watch, snakemake_on_slurm(work, slurm_profile, "tiny_smoke") as run:
+        code, out = finish(run, work, timeout=1200)
     assert code == 0, out[-4000:]
 
     results = work / "results/tiny_smoke"

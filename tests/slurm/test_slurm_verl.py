@@ -19,7 +19,8 @@ pytestmark = pytest.mark.skipif(
 @pytest.mark.slow
 def test_a_tiny_verl_run_trains_to_its_last_step_as_a_slurm_job(slurm_profile, tmp_path):
     work = tmp_path / "work"
-    code, out = finish(snakemake_on_slurm(work, slurm_profile, f"{RUN}/train.completed"), work, timeout=1800)
+    with snakemake_on_slurm(work, slurm_profile, f"{RUN}/train.completed") as run:
+        code, out = finish(run, work, timeout=3600)
     assert code == 0, out[-4000:]
     info = json.loads((work / RUN / "run.json").read_text())
     assert info["status"] == "completed" and info["last_step"] == 8
