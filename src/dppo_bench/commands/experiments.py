@@ -21,6 +21,7 @@ def settings_of(experiment) -> list[str]:
 
 
 def needs_gpus(experiment) -> bool:
+    """Whether any setting it trains or probes runs on GPUs (verl.device: cpu settings do not)."""
     from dppo_bench.config import find_setting
     from dppo_bench.plan import on_gpus
 
