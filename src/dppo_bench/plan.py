@@ -1,8 +1,10 @@
 """What an experiment costs before it runs, and what of it already exists on disk.
 
-A verl run's budget is its setting's SLURM allocation: nodes x GPUs per node x the run-time limit, the most the
-run can hold (a run that finishes early costs less; one that hits the limit resumes in a new job). A local run's
-cost is measured, not declared: the mean ``perf/step_s`` of the setting's runs on disk x steps x torch threads.
+A verl run on GPUs is budgeted by its setting's SLURM allocation: nodes x GPUs per node x the run-time limit, the
+most the run can hold (a run that finishes early costs less; one that hits the limit resumes in a new job). A run
+on the CPU costs no GPU-hours: a local run's cost is measured, not declared (the mean ``perf/step_s`` of the
+setting's runs on disk x steps x torch threads); a verl run on the CPU (verl.device: cpu) is bounded by its
+run-time limit, wall-clock on the machine it runs on.
 """
 
 from __future__ import annotations
@@ -21,6 +23,11 @@ PROBE = "(mismatch probe)"
 
 FINISHED = ("completed", "diverged")
 PROBE_RUNTIME_MIN = 60  # a mismatch probe's limit (one rollout batch and one forward, model loading included)
+
+
+def on_gpus(setting: Setting) -> bool:
+    """Whether the setting's jobs need GPUs: verl settings, except those on the CPU (verl.device: cpu)."""
+    return setting.backend == "verl" and setting.verl.device != "cpu"
 
 
 def gpu_hours(setting: Setting, runtime_min: int | None = None) -> float:
@@ -80,14 +87,20 @@ class PlannedRun:
 
     @property
     def gpu_hours(self) -> float:
-        return gpu_hours(self.setting, self.runtime_min) if self.setting.backend == "verl" else 0.0
+        return gpu_hours(self.setting, self.runtime_min) if on_gpus(self.setting) else 0.0
+
+    @property
+    def limit_min(self) -> int | None:
+        """A verl job's run-time limit (None for a local run)."""
+        return (self.runtime_min or self.setting.verl.runtime_min) if self.setting.backend == "verl" else None
 
     @property
     def shape(self) -> str:
         if self.setting.backend == "local":
             return f"local, {self.setting.local.threads} thread(s)"
         v = self.setting.verl
-        return f"{v.nodes} x {v.gpus_per_node} GPUs x {(self.runtime_min or v.runtime_min) / 60:g} h"
+        devices = f"{v.gpus_per_node} GPUs" if on_gpus(self.setting) else "CPU"
+        return f"{v.nodes} x {devices} x {self.limit_min / 60:g} h"
 
 
 def plan(
@@ -124,7 +137,7 @@ def plan(
 
 
 def experiment_gpu_hours(experiment: Experiment, settings: dict[str, Setting]) -> float:
-    """The GPU-hours of all the experiment's verl runs and probes (0 for a local experiment)."""
+    """The GPU-hours of all the experiment's runs and probes on GPUs (0 for an experiment on the CPU)."""
     keys = experiment.run_keys(lambda s: settings[s].seeds)
-    runs = sum(gpu_hours(settings[s]) for s, _, _ in keys if settings[s].backend == "verl")
-    return runs + sum(gpu_hours(settings[s], PROBE_RUNTIME_MIN) for s in experiment.probes if settings[s].verl)
+    runs = sum(gpu_hours(settings[s]) for s, _, _ in keys if on_gpus(settings[s]))
+    return runs + sum(gpu_hours(settings[s], PROBE_RUNTIME_MIN) for s in experiment.probes if on_gpus(settings[s]))

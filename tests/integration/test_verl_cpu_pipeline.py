@@ -6,8 +6,10 @@ a cluster: `snakemake` prepares the data with `dppo-bench data prepare`, builds 
 One binary, one Top-K and one recompute-anchored method (recipes/settings/tiny_verl.yaml, 8 steps, a checkpoint
 and a validation every 4), and the mismatch probe of Fig. 2 through verl (experiment verl_cpu_mismatch). The
 recompute run is first killed twice with SIGKILL during training, as a crashed or cancelled job dies (its whole
-process group and every Ray process it started), and then resumed by the pipeline. Last, a benchmark is added to
-the finished setting (in a copy of the recipes) and scored from the weights the runs kept, without retraining.
+process group and every Ray process it started), and then resumed by the pipeline. A Ray cluster that `ray start`
+left running stays beside them all along, findable by every run's Ray: each starts one of its own. Last, a benchmark
+is added to the finished setting (in a copy of the recipes) and scored from the weights the runs kept, without
+retraining.
 """
 
 import contextlib
@@ -24,6 +26,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from ray_fixtures import foreign_ray_head
 from snakemake_fixtures import ENV, job_counts, recipe_root, snakemake
 
 from dppo_bench.config import find_setting
@@ -106,7 +109,17 @@ def root(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory, root):
+def foreign_ray():
+    """A Ray cluster `ray start` left on the machine, which every Ray of this module's runs would find: one-node verl
+    runs must start their own beside it (RAY_ADDRESS=local, by the launcher)."""
+    with foreign_ray_head() as head, pytest.MonkeyPatch.context() as env:
+        env.setitem(ENV, "RAY_TMPDIR", head.tmpdir)
+        yield head
+        assert head.alive()
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, root, foreign_ray):
     workdir = tmp_path_factory.mktemp("verl_cpu")
     prepared = snakemake(workdir, "--cores", "2", *DATA, MODEL, root=root)
     assert prepared.returncode == 0, prepared.stderr[-3000:]

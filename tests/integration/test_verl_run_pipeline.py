@@ -6,11 +6,12 @@ import shlex
 import subprocess
 
 import pytest
-from snakemake_fixtures import ENV, job_counts, snakemake
+from snakemake_fixtures import ENV, REPO, job_counts, snakemake
 from verl_fixtures import FAKE_COMMAND, write_parquet
 
 from dppo_bench.config import EXPERIMENTS_DIR, find_setting, load_experiment
 from dppo_bench.io import file_sha256
+from dppo_bench.plan import on_gpus
 
 EXPERIMENT_IDS = sorted(p.stem for p in EXPERIMENTS_DIR.glob("*.yaml"))
 
@@ -24,7 +25,8 @@ def expected_jobs(experiment_id: str) -> dict[str, int]:
     data, bases, tiny_data = set(), set(), set()
     for setting_id, _, _ in e.run_keys(lambda s: find_setting(s).seeds):
         s = find_setting(setting_id)
-        counts["train"] = counts.get("train", 0) + 1
+        rule = "train_gpu" if on_gpus(s) else "train"  # GPU jobs are rules of their own (profiles/slurm)
+        counts[rule] = counts.get(rule, 0) + 1
         counts["evaluate"] = counts.get("evaluate", 0) + len(s.eval.benchmarks)
         if s.backend == "verl":
             data |= {s.verl.train_data, *s.eval.benchmarks}
@@ -38,7 +40,8 @@ def expected_jobs(experiment_id: str) -> dict[str, int]:
             tiny_data.add(base_setting_id(setting_id))
     for setting_id in e.probes:  # a probe reads what a training run of its setting reads
         s = find_setting(setting_id)
-        rule = "probe_mismatch_verl" if s.backend == "verl" else "probe_mismatch_local"
+        rule = {"local": "probe_mismatch_local", "verl": "probe_mismatch_verl"}[s.backend]
+        rule = "probe_mismatch_gpu" if on_gpus(s) else rule
         counts[rule] = counts.get(rule, 0) + 1
         if s.backend == "verl":
             data |= {s.verl.train_data, *s.eval.benchmarks}
@@ -68,7 +71,7 @@ def test_fig3_plans_seven_runs_their_evaluations_data_and_aggregation(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert job_counts(proc.stdout) == {
         "prepare_data": 2,  # the sanity training set and AIME24 (boxed template)
-        "train": 7,
+        "train_gpu": 7,
         "evaluate": 7,
         "aggregate_table": 1,
         "aggregate_figure": 1,
@@ -112,7 +115,7 @@ def test_the_planned_training_command_runs_a_verl_run_to_completion(tmp_path):
     (DPPO_BENCH_VERL_COMMAND): 3,600 steps recorded once each, the marker written, run.json complete."""
     proc = snakemake(tmp_path, "-n", "-p", "fig3_sanity")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    command = planned_shell(proc.stdout, "train", "dppo_binary_tv")
+    command = planned_shell(proc.stdout, "train_gpu", "dppo_binary_tv")
     assert "--val-data results/data/verl/aime24_sanity.parquet" in command
     write_parquet(tmp_path / "results/data/verl/sanity_r1d_1p5b.parquet", "sanity_r1d_1p5b")
     write_parquet(tmp_path / "results/data/verl/aime24_sanity.parquet", "aime24")
@@ -150,3 +153,29 @@ def test_one_train_and_one_evaluate_rule_take_each_backends_inputs(tmp_path):
     assert "--base-model" not in train
     evaluate = planned_shell(verl.stdout, "evaluate", "dppo_binary_tv")
     assert "--data results/data/verl/tiny_arith.problems.jsonl" in evaluate
+
+
+def planned_resources(stdout: str, rule: str) -> list[str]:
+    """The resources line ``snakemake -n`` prints for every job of ``rule``."""
+    blocks = [b for b in stdout.split("\nrule ")[1:] if b.startswith(f"{rule}:")]
+    return [ln.split("resources: ", 1)[1] for b in blocks for ln in b.splitlines() if "resources: " in ln]
+
+
+def test_the_slurm_profile_gives_gpus_to_gpu_jobs_alone(tmp_path):
+    """profiles/slurm's GPU partition, GPU model and host memory go to the GPU rules (train_gpu, probe_mismatch_gpu);
+    local and verl-on-CPU jobs ask for none of them and take the CPU partition."""
+    profile = ("--profile", str(REPO / "profiles/slurm"))
+    gpu = snakemake(tmp_path, "-n", *profile, "fig3_sanity", "fig2_mismatch")
+    cpu = snakemake(tmp_path, "-n", *profile, "verl_cpu", "verl_cpu_mismatch", "tiny_smoke")
+    assert gpu.returncode == 0 and cpu.returncode == 0, (gpu.stderr + cpu.stderr)[-3000:]
+    for rule, count in (("train_gpu", 7), ("probe_mismatch_gpu", 1)):
+        lines = planned_resources(gpu.stdout, rule)
+        assert len(lines) == count and all(
+            "slurm_partition=CHANGE-gpu-partition" in ln and "gpu_model=h100" in ln and "cpus_per_gpu=12" in ln
+            for ln in lines
+        ), lines
+    for rule, count in (("train", 12 + 3), ("probe_mismatch_verl", 1), ("tiny_pretrain", 2)):
+        lines = planned_resources(cpu.stdout, rule)
+        assert len(lines) == count and all(
+            "slurm_partition=CHANGE-cpu-partition" in ln and "gpu" not in ln for ln in lines
+        ), lines

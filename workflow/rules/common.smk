@@ -9,7 +9,7 @@ from dppo_bench.config.suite import load_suite
 from dppo_bench.eval.protocol import setting_protocol_sha256
 from dppo_bench.eval.step_samples import validated_online
 from dppo_bench.io import CorruptFileError
-from dppo_bench.plan import PROBE_RUNTIME_MIN
+from dppo_bench.plan import PROBE_RUNTIME_MIN, on_gpus
 from dppo_bench.rundir import RunDir
 from dppo_bench.verify import changed_records
 
@@ -221,9 +221,31 @@ def experiment_shown(w):
     return dc.canonical_sha256([experiment.model_dump(mode="json"), names])
 
 
-# The probe of each backend is its own rule (probe.smk); each accepts only its backend's setting ids.
-LOCAL_SETTINGS = "|".join(sorted(s for s, v in SETTINGS.items() if v.backend == "local"))
-VERL_SETTINGS = "|".join(sorted(s for s, v in SETTINGS.items() if v.backend == "verl"))
+# Setting ids by where their jobs run, as wildcard constraints. The probe of each backend is its own rule
+# (probe.smk), and the jobs that need GPUs (verl settings on CUDA) are rules of their own, train_gpu and
+# probe_mismatch_gpu: a cluster profile gives its GPU partition, GPU model and host memory to those rules, which a
+# profile can only do rule by rule (profiles/slurm); local and verl-on-CPU jobs never ask for a GPU.
+def setting_ids(keep):
+    return "|".join(sorted(s for s, v in SETTINGS.items() if keep(v))) or "(?!)"  # (?!): no id at all
+
+
+LOCAL_SETTINGS = setting_ids(lambda s: s.backend == "local")
+VERL_CPU_SETTINGS = setting_ids(lambda s: s.backend == "verl" and not on_gpus(s))
+CPU_SETTINGS = setting_ids(lambda s: not on_gpus(s))
+GPU_SETTINGS = setting_ids(on_gpus)
+
+
+# CPUs of a job that uses the whole machine it runs on (tiny pretraining, verl on the CPU). On one machine: every
+# core given with --cores (Snakemake runs nothing beside it). On a cluster, where each job is an allocation of its
+# own and no --cores is needed, CLUSTER_MACHINE_THREADS, the same when the executor submits the job and when the
+# job runs in its allocation (--set-threads tiny_pretrain=8 raises it for a rule).
+CLUSTER_MACHINE_THREADS = 2
+
+
+def machine_threads(w):
+    if workflow.non_local_exec or workflow.remote_exec:
+        return CLUSTER_MACHINE_THREADS
+    return workflow.cores
 
 
 def prepared(dataset, suffix):
@@ -252,8 +274,8 @@ def verl_model(w):
 
 def verl_threads(w):
     """verl on the CPU (verl.device: cpu) takes the machine: its Ray processes share every core. On GPUs the
-    job's CPUs come from the profile."""
-    return workflow.cores if SETTINGS[w.setting].verl.device == "cpu" else 1
+    job's CPUs come from the profile (cpus_per_gpu)."""
+    return machine_threads(w) if SETTINGS[w.setting].verl.device == "cpu" else 1
 
 
 def verl_train_data(w):
@@ -269,7 +291,8 @@ def verl_problems(w):
     return prepared(w.benchmark, "problems.jsonl")
 
 
-# Resources of a verl training job, from its setting (GPU model, partition, account: the profile's).
+# Resources of a verl job, from its setting (GPU model, partition, account: the profile's). GPUs only for settings
+# on GPUs: a verl.device: cpu setting's gpus_per_node are logical devices of its Ray cluster.
 def verl_nodes(w):
     return SETTINGS[w.setting].verl.nodes
 

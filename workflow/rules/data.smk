@@ -28,7 +28,7 @@ rule tiny_pretrain:
         "logs/tiny_pretrain/{base}.log",
     params:
         identity=base_identity,
-    threads: lambda w: workflow.cores  # asked for when a job is planned: --unlock needs no --cores
+    threads: machine_threads  # asked for when a job is planned: --unlock needs no --cores
     conda:
         "../../environment.yml"
     shell:

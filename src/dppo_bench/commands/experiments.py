@@ -20,23 +20,29 @@ def settings_of(experiment) -> list[str]:
     return list(dict.fromkeys([*(g.setting for g in experiment.runs), *experiment.probes]))
 
 
-def run_command(experiment) -> str:
-    """How to build it: on this machine for local-backend settings, through SLURM once any setting needs verl."""
+def needs_gpus(experiment) -> bool:
+    """Whether any setting it trains or probes runs on GPUs (verl.device: cpu settings do not)."""
     from dppo_bench.config import find_setting
+    from dppo_bench.plan import on_gpus
 
-    backends = {find_setting(s).backend for s in settings_of(experiment)}
-    how = "--profile profiles/slurm" if "verl" in backends else "--cores 2"
+    return any(on_gpus(find_setting(s)) for s in settings_of(experiment))
+
+
+def run_command(experiment) -> str:
+    """How to build it: through SLURM once any setting needs GPUs; on this machine when every job runs on the CPU
+    (local settings, and verl on the CPU)."""
+    how = "--profile profiles/slurm" if needs_gpus(experiment) else "--cores 2"
     return f"snakemake {how} {experiment.id}"
 
 
 def budget(experiment) -> str:
-    """GPU-hours the experiment's verl runs may hold (nodes x GPUs x run-time limit); "CPU" when all are local."""
+    """GPU-hours the experiment's GPU runs may hold (nodes x GPUs x run-time limit); "CPU" when none needs GPUs."""
     from dppo_bench.config import find_setting
     from dppo_bench.plan import experiment_gpu_hours
 
-    settings = {s: find_setting(s) for s in settings_of(experiment)}
-    if all(s.backend == "local" for s in settings.values()):
+    if not needs_gpus(experiment):
         return "CPU"
+    settings = {s: find_setting(s) for s in settings_of(experiment)}
     return f"{experiment_gpu_hours(experiment, settings):,.0f}"
 
 
@@ -65,7 +71,9 @@ def render_index() -> str:
         "now into `results/<id>/partial/`, missing and failed ones shown as such. GPU-hours (limit): the sum over "
         "the runs of nodes x GPUs per node x run-time limit from the setting files, the most the runs can hold; "
         "`dppo-bench plan <id>` lists each run's share and what already exists on disk (local settings: CPU-minutes "
-        "from the measured step cost).",
+        "from the measured step cost). CPU: every job runs on the CPU (the local backend, or verl with "
+        "`verl.device: cpu`), on this machine with `--cores 2` as written, or through SLURM with "
+        '`--profile profiles/slurm`; each verl run takes minutes (README, "The cluster path on CPU").',
         "",
     ]
     for path in sorted(EXPERIMENTS_DIR.glob("*.yaml")):

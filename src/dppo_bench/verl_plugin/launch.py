@@ -210,6 +210,14 @@ def placement(env: Mapping[str, str], nodes: int) -> SlurmJob | None:
     return job
 
 
+def own_ray(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a one-node trainer: verl's ``ray.init()`` without an address would join the newest
+    cluster that ``ray start`` left on the machine (a user's own, on a workstation or a shared login node), and then
+    fail on the ``num_cpus`` it passes; ``RAY_ADDRESS=local`` makes Ray start one of its own. A ``RAY_ADDRESS`` the
+    user set is kept."""
+    return {**env, "RAY_ADDRESS": env.get("RAY_ADDRESS") or "local"}
+
+
 def slurm_record(env: Mapping[str, str]) -> dict | None:
     """The SLURM job a one-node run ran in, for run.json: a failed ``scontrol`` query only leaves it incomplete,
     since a one-node run does not need the node list."""
@@ -256,7 +264,7 @@ def run_trainer(
         try:
             if job is None:
                 where["ray"] = env.get("RAY_ADDRESS") or "started by verl"
-                signals.child = popen(argv, env=env, pass_fds=keep_fds)
+                signals.child = popen(argv, env=own_ray(env), pass_fds=keep_fds)
                 return _wait(signals.child), where
             ray_cluster = plan(job, nodes, gpus_per_node)
             with cluster(ray_cluster) as ray_env:
