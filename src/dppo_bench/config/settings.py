@@ -54,7 +54,7 @@ class TrainSpec(Strict):
 
 
 class EvalSpec(Strict):
-    """Which benchmarks a setting's runs are scored on, and how (README, "Evaluation: online and offline").
+    """Which benchmarks a setting's runs are scored on, and how (docs/evaluation.md, "Online and offline").
 
     ``online``: verl validates them inside the training job every ``every`` steps (one sampling for all of them:
     verl has one ``val_kwargs``), and their dumps are scored; part of the training identity. ``offline``: scored
