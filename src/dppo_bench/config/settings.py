@@ -228,6 +228,12 @@ class Setting(Strict):
             raise ValueError(f"setting {self.id!r} does not evaluate {benchmark!r}")
         return [s for s in steps if s % self.train.save_every == 0]
 
+    @property
+    def loss_scale_factor(self) -> int | None:
+        """seq-mean-token-sum-norm's constant normaliser, the longest response (not each micro-batch's padded
+        length), for both backends; None in the other modes."""
+        return self.train.max_response_length if self.loss_agg_mode == "seq-mean-token-sum-norm" else None
+
 
 def _deep_merge(base: dict, over: dict) -> dict:
     out = dict(base)
