@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from dppo_bench.eval.protocol import sampling_of
+
 
 def _sampling_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("sampling (default: the benchmark's)")
@@ -63,13 +65,8 @@ def _max_tokens(spec, args: argparse.Namespace) -> int:
 
 
 def _sampling(spec, args: argparse.Namespace, seed: int | None) -> dict:
-    s = spec.sampling
-    out = {
-        "n": args.n or spec.n,
-        "temperature": s.temperature if args.temperature is None else args.temperature,
-        "top_p": args.top_p or s.top_p,
-        "max_tokens": _max_tokens(spec, args),
-    }
+    flags = {"n": args.n, "temperature": args.temperature, "top_p": args.top_p}
+    out = sampling_of(spec, _max_tokens(spec, args), **flags)
     return out if seed is None else {**out, "seed": seed}
 
 
