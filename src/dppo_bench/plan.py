@@ -17,7 +17,7 @@ from dppo_bench import canonical
 from dppo_bench.config import Experiment, MethodRecipe, Setting
 from dppo_bench.eval.protocol import setting_protocol_sha256
 from dppo_bench.eval.spec import load_benchmark
-from dppo_bench.rundir import RunDir
+from dppo_bench.rundir import RunDir, probe_record
 
 PROBE = "(mismatch probe)"
 
@@ -73,7 +73,7 @@ def probe_state(path: Path, setting: Setting) -> RunState:
         return RunState("missing")
     from dppo_bench.probe.tokens import read_tokens
 
-    return RunState("finished" if read_tokens(path).meta.get("setting_sha256") == setting.sha256() else "stale")
+    return RunState("finished" if read_tokens(path).probed_with(setting) else "stale")
 
 
 @dataclass(frozen=True)
@@ -111,17 +111,15 @@ def plan(
     probes_root: Path = Path("results/probes"),
 ) -> list[PlannedRun]:
     """Every run (or probe) of ``experiment`` with its cost and what exists of it under ``root`` (results/runs)."""
-    from dppo_bench.aggregate.probe import probe_path
 
     probes = [
-        PlannedRun(settings[s], PROBE, 0, probe_state(probe_path(probes_root, s), settings[s]), None, PROBE_RUNTIME_MIN)
+        PlannedRun(
+            settings[s], PROBE, 0, probe_state(probe_record(s, probes_root), settings[s]), None, PROBE_RUNTIME_MIN
+        )
         for s in experiment.probes
     ]
     keys = experiment.run_keys(lambda s: settings[s].seeds)
-    states = {
-        key: run_state(RunDir(root / key[0] / key[1] / f"seed{key[2]}"), settings[key[0]], methods[key[1]])
-        for key in keys
-    }
+    states = {key: run_state(RunDir.of(*key, root), settings[key[0]], methods[key[1]]) for key in keys}
     step_cost: dict[str, list[float]] = {}  # measured step seconds per local setting, over its runs here
     for (setting, _, _), state in states.items():
         if state.step_s is not None:

@@ -73,7 +73,7 @@ def train_series(rows: list[dict]) -> dict[str, dict[int, float]]:
 
 
 def read_run(root: Path, setting: Setting, recipe: MethodRecipe, seed: int, label: str, dashed: bool) -> Run:
-    run_dir = RunDir(root / setting.id / recipe.id / f"seed{seed}")
+    run_dir = RunDir.of(setting.id, recipe.id, seed, root)
     run = Run(setting.id, recipe.id, seed, label, dashed, "missing")
     info = run_dir.read_run()
     if not info:

@@ -22,10 +22,11 @@ def run_dirs(target: str, root: Path) -> list[Path]:
     if Path(target).is_dir():
         return [Path(target)]
     from dppo_bench.config import find_experiment, find_setting
+    from dppo_bench.rundir import RunDir
 
     experiment = find_experiment(target)
     keys = experiment.run_keys(lambda s: find_setting(s).seeds)
-    return [root / setting / method / f"seed{seed}" for setting, method, seed in keys]
+    return [RunDir.of(*key, root).path for key in keys]
 
 
 def verify(args: argparse.Namespace) -> int:

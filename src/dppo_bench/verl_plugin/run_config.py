@@ -15,6 +15,7 @@ from dppo_bench.config import MethodRecipe, Setting
 from dppo_bench.config.runs import ResolvedRun
 from dppo_bench.eval.protocol import sampling_of
 from dppo_bench.methods.masked_tokens import RUN_DIR_NAME as MASKED_TOKENS_RUN_DIR
+from dppo_bench.rundir import RunDir
 from dppo_bench.verl_plugin.hyperparameters import RAY_ENV_VARS
 from dppo_bench.verl_plugin.overrides import ACTOR, method_overrides
 
@@ -49,11 +50,11 @@ class RunPaths:
 
     @property
     def checkpoints(self) -> Path:
-        return self.run_dir / "checkpoints"
+        return RunDir(self.run_dir).checkpoints
 
     @property
     def validation(self) -> Path:
-        return self.run_dir / "validation"
+        return RunDir(self.run_dir).validation
 
 
 def experiment_name(setting: Setting, recipe: MethodRecipe, seed: int) -> str:
