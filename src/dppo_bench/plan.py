@@ -17,8 +17,8 @@ from pathlib import Path
 from dppo_bench import canonical
 from dppo_bench.config import Experiment, MethodRecipe, Setting
 from dppo_bench.config.runs import setting_benchmarks
+from dppo_bench.config.specs import BenchmarkSpec
 from dppo_bench.eval.protocol import setting_protocol_sha256
-from dppo_bench.eval.spec import BenchmarkSpec
 from dppo_bench.rundir import RunDir, probe_record
 
 PROBE = "(mismatch probe)"

@@ -12,7 +12,7 @@ from dppo_bench.config import (
     load_setting,
     setting_data,
 )
-from dppo_bench.eval.spec import load_benchmark
+from dppo_bench.config.specs import load_benchmark
 
 METHOD = """display_name: X
 paper: test

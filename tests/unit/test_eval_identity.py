@@ -11,8 +11,8 @@ from record_fixtures import write_scores
 from dppo_bench.aggregate.collect import read_run
 from dppo_bench.cli import main
 from dppo_bench.config import SETTINGS_DIR, ConfigError, find_method, find_setting, load_setting, setting_data
+from dppo_bench.config.specs import load_benchmark
 from dppo_bench.eval.protocol import setting_protocol_sha256
-from dppo_bench.eval.spec import load_benchmark
 from dppo_bench.plan import run_state
 from dppo_bench.rundir import RunDir
 

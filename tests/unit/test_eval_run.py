@@ -6,10 +6,10 @@ import shutil
 import pytest
 
 from dppo_bench.cli import main
+from dppo_bench.config.specs import load_benchmark
 from dppo_bench.eval.protocol import protocol_sha256, spec_sha256
 from dppo_bench.eval.run_eval import evaluate_run
 from dppo_bench.eval.samples import read_samples
-from dppo_bench.eval.spec import load_benchmark
 from dppo_bench.io import file_sha256
 from dppo_bench.rundir import RunDir
 

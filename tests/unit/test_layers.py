@@ -17,7 +17,8 @@ LAYERS = [
     {"eval", "local", "probe", "verl_plugin", "aggregate", "plan", "verify"},
     {"commands", "cli", "__main__"},
 ]
-# The one known arrow back up (issue 25, item 2): config's suite model uses the benchmark spec model of eval/.
+# The one known arrow back up: the start checks of config.suite also check the data files the specs pin, with
+# eval.pins (which reads and normalizes problem sets) -- a function-local import.
 KNOWN_BACK_ARROWS = {("config", "eval")}
 
 

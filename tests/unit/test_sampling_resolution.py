@@ -4,8 +4,8 @@
 import argparse
 
 from dppo_bench.commands.eval import _sampling
+from dppo_bench.config.specs import load_benchmark
 from dppo_bench.eval.protocol import sampling_of
-from dppo_bench.eval.spec import load_benchmark
 from dppo_bench.verl_plugin.run_config import val_sampling
 
 

@@ -10,10 +10,10 @@ import pytest
 from omegaconf import OmegaConf
 from verl.trainer.ppo.checkpoint_callback import build_checkpoint_callback
 
+from dppo_bench.config.specs import load_benchmark
 from dppo_bench.eval.protocol import spec_sha256
 from dppo_bench.eval.run_eval import evaluate_run
 from dppo_bench.eval.samples import read_samples
-from dppo_bench.eval.spec import load_benchmark
 from dppo_bench.local.model import build_model, save_model
 from dppo_bench.local.tokenizer import build_tokenizer
 from dppo_bench.rundir import RunDir
@@ -95,7 +95,7 @@ def test_an_online_benchmark_edited_after_the_run_is_scored_from_the_weights_rep
     run, problems = verl_run
     evaluate_run(run.path, "tiny_arith", [0, 4], problems)  # from the dumps, as validated
     edited = TINY.model_copy(update={"sampling": TINY.sampling.model_copy(update={"temperature": 0.9})})
-    monkeypatch.setattr("dppo_bench.eval.spec.load_benchmark", lambda b, *a: edited if b == "tiny_arith" else TINY)
+    monkeypatch.setattr("dppo_bench.config.specs.load_benchmark", lambda b, *a: edited if b == "tiny_arith" else TINY)
     summary = evaluate_run(run.path, "tiny_arith", [0, 4], problems)
     assert summary["source"] == "saved weights"  # the dumps were sampled at 0.6; the dumps themselves stay
     header = read_samples(run.eval_step_dir("tiny_arith", 4) / "samples.jsonl.gz").header

@@ -4,8 +4,8 @@ import pytest
 import yaml
 
 from dppo_bench.config import EXPERIMENTS_DIR, SETTINGS_DIR, ConfigError, load_experiment, load_setting, read_yaml
+from dppo_bench.config.specs import load_benchmarks
 from dppo_bench.config.suite import check_eval_metrics, check_setting, load_suite
-from dppo_bench.eval.spec import load_benchmarks
 
 
 def write(path, data):

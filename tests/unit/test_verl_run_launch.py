@@ -338,7 +338,7 @@ def test_a_pinned_model_revision_trains_from_its_snapshot(tmp_path, run_inputs, 
 def test_an_attempt_reads_no_spec_after_the_run_was_resolved(tmp_path, run_inputs, monkeypatch):
     """The command resolves the run's specs once (dppo_bench.config.runs); the launcher, the overrides and the
     records take them from there, so a spec edited mid-command cannot reach one part and not another."""
-    from dppo_bench.eval import spec
+    from dppo_bench.config import specs as spec
 
     run, read = make_run(tmp_path, run_inputs), []
     load = spec._load

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from dppo_bench import canonical
-from dppo_bench.eval.spec import load_benchmark
+from dppo_bench.config.specs import load_benchmark
 from dppo_bench.io import CorruptFileError
 from dppo_bench.rundir import RunDir
 from dppo_bench.verl_plugin.records import MetricMap, RecordError, apply_attempt, read_file_log

@@ -260,7 +260,7 @@ def generated(path):
 
 def dataset_source(w):
     """The local file a dataset is prepared from, when the pipeline generates it (the tiny task's splits)."""
-    from dppo_bench.eval.spec import load_any
+    from dppo_bench.config.specs import load_any
 
     spec = load_any(w.dataset)
     local = spec.sources.local

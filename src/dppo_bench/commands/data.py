@@ -26,10 +26,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def prepare(args: argparse.Namespace) -> int:
+    from dppo_bench.config.specs import load_any
     from dppo_bench.eval.data import load_problem_set
     from dppo_bench.eval.prepare import prepare as write_prepared
     from dppo_bench.eval.prompts import load_prompt
-    from dppo_bench.eval.spec import load_any
 
     spec = load_any(args.id)
     problems = load_problem_set(spec, source=args.source, hub=args.hub)

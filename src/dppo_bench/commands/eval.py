@@ -73,10 +73,10 @@ def _sampling(spec, args: argparse.Namespace, seed: int | None) -> dict:
 def generate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from dppo_bench.config.specs import load_benchmark
     from dppo_bench.eval.data import problems_for
     from dppo_bench.eval.generate import HFBackend, SamplingConfig, VLLMBackend, resolve_model, run_generation
     from dppo_bench.eval.prompts import load_prompt
-    from dppo_bench.eval.spec import load_benchmark
 
     spec = load_benchmark(args.benchmark)
     problems = problems_for(spec, args.data)
@@ -113,8 +113,8 @@ def generate(args: argparse.Namespace) -> int:
 
 
 def convert(args: argparse.Namespace) -> int:
+    from dppo_bench.config.specs import load_benchmark
     from dppo_bench.eval.data import problems_for
-    from dppo_bench.eval.spec import load_benchmark
     from dppo_bench.eval.verl_dump import convert_dump
 
     spec = load_benchmark(args.benchmark)

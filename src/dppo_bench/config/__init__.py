@@ -2,8 +2,8 @@
 
 ``roots`` (where the yaml is read from), ``yaml_io`` (strict reading, errors naming file and field),
 ``loader`` (id = file name; an unknown id lists the known ones), ``identity`` (content hashes), ``methods``,
-``settings``, ``experiments``; ``suite`` checks them against the eval specs (import it explicitly: it reads
-:mod:`dppo_bench.eval.spec`, which builds on this package).
+``settings``, ``experiments``, ``specs`` (benchmarks and training datasets), ``runs`` (one run's facts, resolved
+once); ``suite`` checks them against each other (import it explicitly: it also checks the data files the specs pin).
 """
 
 from dppo_bench.config.experiments import (

@@ -2,8 +2,6 @@
 setting's benchmarks and, for verl, its training set). A command resolves them when it starts and hands the result
 to the backend, the launcher and the records, so that no part reads a spec again (and none can read a different
 version of it mid-command).
-
-Beside :mod:`dppo_bench.config.suite` because it reads the eval specs, which build on this package.
 """
 
 from __future__ import annotations
@@ -14,8 +12,8 @@ from dataclasses import dataclass
 from dppo_bench.config.loader import locate
 from dppo_bench.config.methods import MethodRecipe, find_method
 from dppo_bench.config.settings import SETTINGS_DIR, Setting, load_setting
+from dppo_bench.config.specs import BenchmarkSpec, DatasetSpec, load_any, load_benchmark
 from dppo_bench.config.suite import check_setting
-from dppo_bench.eval.spec import BenchmarkSpec, DatasetSpec, load_any, load_benchmark
 
 # The local backend's training problems: the tiny task's train split, described by this training spec.
 TINY_TRAIN_DATA = "tiny_arith_train"

@@ -2,8 +2,8 @@
 start, so that a bad combination stops there, naming the file and the field, instead of yielding a silent
 wrong result later (an empty column, a tiny model scored on AIME).
 
-Separate from the per-file loaders because it reads the eval specs (:mod:`dppo_bench.eval.spec`), which build
-on this package.
+Separate from the per-file loaders because it reads them all, and the data files the specs pin
+(:mod:`dppo_bench.eval.pins`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from dppo_bench.canonical import EVAL_METRIC
 from dppo_bench.config.experiments import Experiment, experiment_paths, load_experiment, metric_fields
 from dppo_bench.config.methods import MethodRecipe, load_methods
 from dppo_bench.config.settings import Setting, load_setting, setting_paths
+from dppo_bench.config.specs import BenchmarkSpec, load_benchmarks
 from dppo_bench.config.yaml_io import ConfigError
-from dppo_bench.eval.spec import BenchmarkSpec, load_benchmarks
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dppo_bench.config import canonical_sha256
+from dppo_bench.config.specs import NORMALIZED_FIELDS, DatasetSpec, FieldRule, Fields, HubSource, LocalSource
 from dppo_bench.eval.extract import last_box
-from dppo_bench.eval.spec import NORMALIZED_FIELDS, DatasetSpec, FieldRule, Fields, HubSource, LocalSource
 from dppo_bench.io import read_complete_jsonl
 
 # JSON escapes that ate a LaTeX backslash: "\f" (form feed) + "rac" was "\frac", "\t" + "riangle" was "\triangle".
@@ -255,7 +255,7 @@ def load_problem_set(
 
 def read_normalized(path: Path) -> ProblemSet:
     """A normalized file ({id, problem, answer, ...} rows, e.g. ``<id>.problems.jsonl`` from data prepare)."""
-    from dppo_bench.eval.spec import IDENTITY_FIELDS
+    from dppo_bench.config.specs import IDENTITY_FIELDS
 
     problems, _ = normalize(read_rows(path), IDENTITY_FIELDS, str(path))
     return ProblemSet(problems, problems_sha256(problems), str(path), "local", None)

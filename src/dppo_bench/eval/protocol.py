@@ -12,7 +12,7 @@ offline scores of one benchmark are the same measurement). Its sha256 is written
 from __future__ import annotations
 
 from dppo_bench.config import Setting, canonical_sha256, identity_sha256
-from dppo_bench.eval.spec import BenchmarkSpec
+from dppo_bench.config.specs import BenchmarkSpec
 
 SPEC_NOT_PROTOCOL = ("title", "notes")  # what an eval spec holds for its readers only
 

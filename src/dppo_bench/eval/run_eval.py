@@ -32,9 +32,9 @@ def evaluate_run(
     the benchmark's own source); ``engine`` generates from saved weights ("hf" or "vllm"); ``threads`` are the job's
     cores (generation's torch threads, the verifier's workers); ``seed`` seeds generation and the bootstrap
     confidence interval."""
+    from dppo_bench.config.specs import load_benchmark
     from dppo_bench.eval.data import problems_for
     from dppo_bench.eval.grading import GradingPool
-    from dppo_bench.eval.spec import load_benchmark
     from dppo_bench.io import file_sha256
     from dppo_bench.rundir import SCORES, RunDir
     from dppo_bench.runlock import run_lock

@@ -19,10 +19,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Protocol
 
+from dppo_bench.config.specs import BenchmarkSpec
 from dppo_bench.eval.data import ProblemSet
 from dppo_bench.eval.protocol import sampling_of, spec_sha256
 from dppo_bench.eval.saved_weights import saved_model
-from dppo_bench.eval.spec import BenchmarkSpec
 from dppo_bench.eval.verl_dump import VERL_VALIDATION
 from dppo_bench.io import CorruptFileError, file_sha256, read_json
 from dppo_bench.rundir import PARTIAL_SAMPLES, SAMPLES, SCORES, RunDir, run_name

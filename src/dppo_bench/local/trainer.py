@@ -27,9 +27,8 @@ from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 from dppo_bench import canonical
 from dppo_bench.config import MethodRecipe, Setting
 from dppo_bench.config.runs import TINY_TRAIN_DATA
+from dppo_bench.config.specs import AnswerType, load_any
 from dppo_bench.eval.grading import grade
-from dppo_bench.eval.spec import load_any
-from dppo_bench.eval.values import AnswerType
 from dppo_bench.io import CorruptFileError, read_complete_jsonl, verify_checksums
 from dppo_bench.local.batching import decode_responses, prompt_ids
 from dppo_bench.local.model import load_model, save_model

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from dppo_bench import canonical
-from dppo_bench.eval.spec import BenchmarkSpec
+from dppo_bench.config.specs import BenchmarkSpec
 from dppo_bench.io import read_jsonl
 from dppo_bench.rundir import RunDir
 

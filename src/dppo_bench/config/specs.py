@@ -17,7 +17,10 @@ from pydantic import Field, field_validator, model_validator
 from dppo_bench.config.loader import entry_paths, load_model, locate
 from dppo_bench.config.roots import DATASETS_DIR, EVAL_DIR, REPO_ROOT
 from dppo_bench.config.yaml_io import ConfigError, Id, Strict, read_yaml
-from dppo_bench.eval.values import AnswerType
+
+# How a benchmark's gold answers compare (dppo_bench.eval.grading.answer_kind): read from each answer ("auto"), all
+# as integers (AIME), or all by math-verify
+AnswerType = Literal["auto", "integer", "math"]
 
 SHA256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 NORMALIZED_FIELDS = ("id", "problem", "answer")
