@@ -29,6 +29,7 @@ COMMAND_MODULES = [
     "plan",
     "probe",
     "verify",
+    "publish",
 ]
 
 
