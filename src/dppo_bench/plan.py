@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dppo_bench import canonical
+from dppo_bench.aggregate.probe import probe_path
 from dppo_bench.config import Experiment, MethodRecipe, Setting
 from dppo_bench.eval.protocol import setting_protocol_sha256
 from dppo_bench.eval.spec import load_benchmark
+from dppo_bench.probe.tokens import read_tokens
 from dppo_bench.rundir import RunDir
 
 PROBE = "(mismatch probe)"
@@ -71,7 +73,6 @@ def probe_state(path: Path, setting: Setting) -> RunState:
     """A mismatch probe record: finished, stale (made for another version of the setting) or missing."""
     if not path.is_file():
         return RunState("missing")
-    from dppo_bench.probe.tokens import read_tokens
 
     return RunState("finished" if read_tokens(path).meta.get("setting_sha256") == setting.sha256() else "stale")
 
@@ -111,7 +112,6 @@ def plan(
     probes_root: Path = Path("results/probes"),
 ) -> list[PlannedRun]:
     """Every run (or probe) of ``experiment`` with its cost and what exists of it under ``root`` (results/runs)."""
-    from dppo_bench.aggregate.probe import probe_path
 
     probes = [
         PlannedRun(settings[s], PROBE, 0, probe_state(probe_path(probes_root, s), settings[s]), None, PROBE_RUNTIME_MIN)

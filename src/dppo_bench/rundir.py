@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from dppo_bench.io import CorruptFileError, atomic_write_text, file_sha256, naming, read_json, read_jsonl
+from dppo_bench.provenance import now, provenance
 
 # The files of one evaluated step, eval/<benchmark>/step<N>/: samples appear whole (generated or converted into the
 # partial file, then renamed), scores.json is written last
@@ -74,7 +75,6 @@ class RunDir:
 
     def start(self, setting, recipe, seed: int, inputs: dict) -> dict:
         """run.json at start; a rerun must be the same run (same recipe, setting and seed) to resume it."""
-        from dppo_bench.provenance import now, provenance
 
         identity = {
             "setting": setting.id,

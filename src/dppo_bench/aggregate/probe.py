@@ -14,8 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
+from dppo_bench.aggregate.figures import save_figure
 from dppo_bench.aggregate.tables import write_tables
-from dppo_bench.config import Experiment
+from dppo_bench.config import Experiment, find_setting
 from dppo_bench.probe.tokens import MismatchTokens, read_tokens
 
 BIN_EDGES = (0.0, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
@@ -132,7 +133,6 @@ def draw(experiment: Experiment, records: dict[str, MismatchTokens]):
 
 def aggregate_probes(experiment: Experiment, root: Path, out: Path, only: str | None) -> None:
     """Tables and figure of a probe experiment from the records under ``root`` (results/probes)."""
-    from dppo_bench.config import find_setting
 
     records = {s: read_tokens(probe_path(root, s)) for s in experiment.probes}
     for setting, tokens in records.items():
@@ -143,8 +143,6 @@ def aggregate_probes(experiment: Experiment, root: Path, out: Path, only: str | 
         write_tables(out, to_markdown(experiment, records, rows), to_csv(rows), to_latex(rows))
     if only != "table":
         import matplotlib.pyplot as plt
-
-        from dppo_bench.aggregate.figures import save_figure
 
         fig = draw(experiment, records)
         save_figure(fig, out / "figure")

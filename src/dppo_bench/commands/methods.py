@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from dppo_bench.config import find_method, load_methods
+from dppo_bench.methods import mask_names
+from dppo_bench.verl_plugin.overrides import method_overrides
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("methods", help="list method recipes; show verl overrides; check the verl plugin")
@@ -20,8 +24,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def list_methods(args: argparse.Namespace) -> int:
-    from dppo_bench.config import load_methods
-
     for rid, recipe in load_methods().items():
         profiles = ", ".join(f"{name} {recipe.profile(name).values()}" for name in recipe.hyperparameters)
         kind = f"mask={recipe.mask}" if recipe.rule is not None else f"verl_loss={recipe.verl_loss}"
@@ -30,9 +32,6 @@ def list_methods(args: argparse.Namespace) -> int:
 
 
 def show_overrides(args: argparse.Namespace) -> int:
-    from dppo_bench.config import find_method
-    from dppo_bench.verl_plugin.overrides import method_overrides
-
     print("\n".join(method_overrides(find_method(args.method), args.profile)))
     return 0
 
@@ -40,8 +39,7 @@ def show_overrides(args: argparse.Namespace) -> int:
 def check_verl(args: argparse.Namespace) -> int:
     import verl  # noqa: F401  (loads the verl.plugins entry point)
 
-    from dppo_bench.methods import mask_names
-    from dppo_bench.verl_plugin.entry import ensure_registered
+    from dppo_bench.verl_plugin.entry import ensure_registered  # heavy: verl and torch, for this command only
 
     ensure_registered()
     print(f"verl {verl.__version__}: {len(mask_names())} dppo-bench loss modes registered: {', '.join(mask_names())}")

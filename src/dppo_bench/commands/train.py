@@ -13,7 +13,14 @@ import sys
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+from dppo_bench.config import SETTINGS_DIR, find_method, load_setting, locate
+from dppo_bench.config.suite import check_setting
+from dppo_bench.eval.pins import check_file
+from dppo_bench.eval.spec import load_benchmark
 from dppo_bench.io import file_sha256
+from dppo_bench.provenance import now
+from dppo_bench.rundir import RunDir
+from dppo_bench.runlock import run_lock
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -79,12 +86,6 @@ def log_rows_to(run):
 
 
 def train(args: argparse.Namespace) -> int:
-    from dppo_bench.config import SETTINGS_DIR, find_method, load_setting, locate
-    from dppo_bench.config.suite import check_setting
-    from dppo_bench.eval.pins import check_file
-    from dppo_bench.eval.spec import load_benchmark
-    from dppo_bench.runlock import run_lock
-
     setting_path = locate("setting", args.setting, SETTINGS_DIR)
     setting, recipe = load_setting(setting_path), find_method(args.method)
     recipe.profile(setting.hyperparameter_profile)  # fail now, not mid-run, on a missing profile
@@ -117,9 +118,7 @@ def terminate_as_exit():
 
 
 def train_local(args: argparse.Namespace, setting, recipe) -> int:
-    from dppo_bench.local.trainer import LocalRun, LocalTrainer
-    from dppo_bench.provenance import now
-    from dppo_bench.rundir import RunDir
+    from dppo_bench.local.trainer import LocalRun, LocalTrainer  # heavy: torch and verl, for this backend only
 
     run_dir = RunDir(args.out).create()
     inputs = {
@@ -149,8 +148,7 @@ def train_local(args: argparse.Namespace, setting, recipe) -> int:
 
 
 def train_verl(args: argparse.Namespace, setting, recipe) -> int:
-    from dppo_bench.rundir import RunDir
-    from dppo_bench.verl_plugin.launch import VerlRun, launch, parse_command
+    from dppo_bench.verl_plugin.launch import VerlRun, launch, parse_command  # heavy: torch, for this backend only
 
     if args.train_data is None or not args.val_data:
         raise ValueError(

@@ -33,7 +33,10 @@ from pathlib import Path
 
 from dppo_bench import canonical
 from dppo_bench.config import ConfigError, MethodRecipe, Setting
+from dppo_bench.eval import protocol
+from dppo_bench.eval.spec import load_any, load_benchmark
 from dppo_bench.io import file_sha256
+from dppo_bench.provenance import now
 from dppo_bench.rundir import RunDir
 from dppo_bench.runlock import run_lock
 from dppo_bench.verl_plugin.patches import PINNED_VERL
@@ -84,8 +87,6 @@ def _data_record(path: Path, spec_id: str, data_source: str) -> dict:
 def data_records(setting: Setting, train: Path, val: Sequence[Path]) -> dict:
     """run.json's ``inputs``; each online benchmark's record also says what it is and how verl samples it, which
     decides whether its dumps are still its scores (:func:`dppo_bench.eval.step_samples.validated_online`)."""
-    from dppo_bench.eval import protocol
-    from dppo_bench.eval.spec import load_any, load_benchmark
 
     train_spec = load_any(setting.verl.train_data)
     benchmarks = [load_benchmark(b) for b in setting.eval.online]
@@ -159,7 +160,6 @@ class VerlRun:
 def _validated_at(run: VerlRun, step: int) -> bool:
     """Whether step ``step``'s online validation is already recorded (metrics and dump): then a resumed attempt
     need not validate again before training."""
-    from dppo_bench.eval.spec import load_benchmark
 
     wanted = {canonical.eval_metric(b, load_benchmark(b).n) for b in run.setting.eval.online}
     row = next((r for r in run.run_dir.read_metrics() if r["step"] == step), {})
@@ -283,8 +283,6 @@ def launch(run: VerlRun, *, trainer: Callable[..., tuple[int, dict]] = run_train
 
 
 def _attempt(run: VerlRun, trainer: Callable[..., tuple[int, dict]], held: ExitStack) -> dict:
-    from dppo_bench.provenance import now
-
     verl_version = metadata.version("verl")
     if verl_version != PINNED_VERL:
         raise ValueError(f"dppo-bench's verl runs need verl=={PINNED_VERL}; the installed verl is {verl_version}")

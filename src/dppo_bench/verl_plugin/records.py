@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from dppo_bench import canonical
+from dppo_bench.eval.spec import load_benchmark
 from dppo_bench.io import read_jsonl
 from dppo_bench.rundir import RunDir
 
@@ -52,8 +53,6 @@ class MetricMap:
 
     @classmethod
     def for_benchmarks(cls, benchmark_ids: Iterable[str]) -> MetricMap:
-        from dppo_bench.eval.spec import load_benchmark
-
         by_source: dict[str, str] = {}
         for b in benchmark_ids:
             source = load_benchmark(b).data_source

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dppo_bench.config import MethodRecipe, Setting
+from dppo_bench.eval.spec import load_benchmark
 from dppo_bench.methods.masked_tokens import RUN_DIR_NAME as MASKED_TOKENS_RUN_DIR
 from dppo_bench.verl_plugin.hyperparameters import RAY_ENV_VARS
 from dppo_bench.verl_plugin.overrides import ACTOR, method_overrides
@@ -85,7 +86,6 @@ def run_overrides(
 ) -> list[str]:
     """Every override of one run; ``wandb`` adds verl's wandb logger in ``wandb_mode`` (the launcher passes the
     user's WANDB_MODE, offline when unset)."""
-    from dppo_bench.eval.spec import load_benchmark
 
     if setting.verl is None:
         raise ValueError(f"setting {setting.id!r} is not a verl-backend setting")
