@@ -24,6 +24,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from dppo_bench.errors import UserError
 from dppo_bench.io import CorruptFileError, atomic_write_text, file_sha256, naming, read_json, read_jsonl
 from dppo_bench.provenance import now, provenance
 
@@ -87,9 +88,7 @@ class RunDir:
         if old:
             clash = {k: (old.get(k), v) for k, v in identity.items() if old.get(k) != v}
             if clash:
-                raise ValueError(
-                    f"{self.run_json}: holds a different run ({clash}); refusing to resume or overwrite it"
-                )
+                raise UserError(f"{self.run_json}: holds a different run ({clash}); refusing to resume or overwrite it")
         return self.update_run(
             **identity,
             hyperparameters=recipe.profile(setting.hyperparameter_profile).values(),

@@ -17,6 +17,7 @@ import numpy as np
 from dppo_bench.aggregate.figures import save_figure
 from dppo_bench.aggregate.tables import write_tables
 from dppo_bench.config import Experiment, find_setting
+from dppo_bench.errors import UserError
 from dppo_bench.probe.tokens import MismatchTokens, read_tokens
 
 BIN_EDGES = (0.0, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
@@ -137,7 +138,7 @@ def aggregate_probes(experiment: Experiment, root: Path, out: Path, only: str | 
     records = {s: read_tokens(probe_path(root, s)) for s in experiment.probes}
     for setting, tokens in records.items():
         if tokens.meta.get("setting_sha256") != find_setting(setting).sha256():
-            raise ValueError(f"{probe_path(root, setting)}: probed with another version of setting {setting!r}; rerun")
+            raise UserError(f"{probe_path(root, setting)}: probed with another version of setting {setting!r}; rerun")
     if only != "figure":
         rows = table_rows(records)
         write_tables(out, to_markdown(experiment, records, rows), to_csv(rows), to_latex(rows))

@@ -11,6 +11,7 @@ from dppo_bench.aggregate.probe import aggregate_probes
 from dppo_bench.aggregate.reference import load_references
 from dppo_bench.aggregate.tables import table_rows, to_csv, to_latex, to_markdown, write_tables
 from dppo_bench.config import find_experiment, find_method, find_setting
+from dppo_bench.errors import UserError
 from dppo_bench.io import CorruptFileError
 from dppo_bench.verify import redo, report
 
@@ -52,7 +53,7 @@ def aggregate(args: argparse.Namespace) -> int:
         write_tables(out, to_markdown(experiment, rows), to_csv(experiment, rows), to_latex(experiment, rows))
     if args.only != "table":
         if not experiment.panels:
-            raise ValueError(f"experiment {experiment.id!r} has no panels, so no figure")
+            raise UserError(f"experiment {experiment.id!r} has no panels, so no figure")
         plot(experiment, runs, out / "figure", references)
     return 0
 
@@ -70,7 +71,7 @@ def write_token_table(experiment, runs, root: Path, settings, out: Path, only: s
     from dppo_bench.aggregate import masked_tokens as table  # heavy: torch, which the CLI's other commands skip
 
     if only == "figure":
-        raise ValueError(f"experiment {experiment.id!r} is a table of masked tokens, with no figure")
+        raise UserError(f"experiment {experiment.id!r} is a table of masked tokens, with no figure")
     rows = table.token_rows(experiment, runs, root, settings)
     write_tables(out, table.to_markdown(experiment, runs, rows), table.to_csv(rows), table.to_latex(rows))
     return 0

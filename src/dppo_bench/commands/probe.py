@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from dppo_bench.config import find_setting
+from dppo_bench.errors import UserError
 from dppo_bench.probe.tokens import write_tokens
 
 
@@ -35,7 +36,7 @@ def probe_mismatch(args: argparse.Namespace) -> int:
     if setting.backend == "verl":
         return probe_verl(args, setting)
     if args.base_model is None or args.train_data is None:
-        raise ValueError("a local-backend probe needs --base-model and --train-data")
+        raise UserError("a local-backend probe needs --base-model and --train-data")
     from dppo_bench.probe.local import probe_mismatch as probe  # heavy: torch and verl, for this command only
 
     record = probe(setting, args.base_model, args.train_data, args.seed)
@@ -54,7 +55,7 @@ def probe_verl(args: argparse.Namespace, setting, *, trainer=None) -> int:
     from dppo_bench.verl_plugin.run_config import RunPaths
 
     if args.train_data is None or not args.val_data:
-        raise ValueError("a verl-backend probe needs --train-data (parquet) and --val-data (the setting's parquets)")
+        raise UserError("a verl-backend probe needs --train-data (parquet) and --val-data (the setting's parquets)")
     work = args.out.with_name(args.out.name + ".work").resolve()
     if work.exists():  # a killed probe's dumps: the batch is drawn again from the start
         shutil.rmtree(work)

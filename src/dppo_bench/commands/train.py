@@ -15,6 +15,7 @@ from pathlib import Path
 
 from dppo_bench.config import SETTINGS_DIR, find_method, load_setting, locate
 from dppo_bench.config.suite import check_setting
+from dppo_bench.errors import UserError
 from dppo_bench.eval.pins import check_file
 from dppo_bench.eval.spec import load_benchmark
 from dppo_bench.io import file_sha256
@@ -97,7 +98,7 @@ def train(args: argparse.Namespace) -> int:
     if setting.backend == "verl":
         return train_verl(args, setting, recipe)
     if args.base_model is None or args.train_data is None:
-        raise ValueError("a local-backend run needs --base-model and --train-data")
+        raise UserError("a local-backend run needs --base-model and --train-data")
     with run_lock(args.out), terminate_as_exit():
         return train_local(args, setting, recipe)
 
@@ -151,7 +152,7 @@ def train_verl(args: argparse.Namespace, setting, recipe) -> int:
     from dppo_bench.verl_plugin.launch import VerlRun, launch, parse_command  # heavy: torch, for this backend only
 
     if args.train_data is None or not args.val_data:
-        raise ValueError(
+        raise UserError(
             "a verl-backend run needs --train-data (parquet) and --val-data (one parquet per online benchmark)"
         )
     run = VerlRun(

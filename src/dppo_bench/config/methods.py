@@ -16,6 +16,7 @@ from dppo_bench.config.identity import canonical_sha256
 from dppo_bench.config.loader import entry_paths, load_model, locate
 from dppo_bench.config.roots import METHODS_DIR, RULES_DIR
 from dppo_bench.config.yaml_io import FieldError, Id, Strict
+from dppo_bench.errors import UnknownNameError
 from dppo_bench.methods import HyperparameterError, MaskRule, Values, get_mask, load_rule_files, mask_names
 from dppo_bench.methods.verl_losses import VERL_LOSSES, VerlLoss
 
@@ -96,7 +97,9 @@ class MethodRecipe(Strict):
             return self._profiles[name]
         except KeyError:
             have = sorted(self.hyperparameters)
-            raise KeyError(f"method {self.id!r} has no hyperparameter profile {name!r}; it has {have}") from None
+            raise UnknownNameError(
+                f"method {self.id!r} has no hyperparameter profile {name!r}; it has {have}"
+            ) from None
 
     def sha256(self) -> str:
         """The recipe's part of a run's identity: what it computes (its rule or mode, anchor and every profile's

@@ -11,6 +11,7 @@ from dppo_bench.config.identity import identity_sha256
 from dppo_bench.config.loader import entry_paths, load_model, locate, refuse_id, require
 from dppo_bench.config.roots import EVAL_DIR, SETTINGS_DIR
 from dppo_bench.config.yaml_io import ConfigError, FieldError, Id, Strict, read_yaml
+from dppo_bench.errors import UserError
 
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0.0)]
@@ -225,7 +226,7 @@ class Setting(Strict):
         if benchmark in self.eval.online:
             return steps
         if benchmark not in self.eval.offline:
-            raise ValueError(f"setting {self.id!r} does not evaluate {benchmark!r}")
+            raise UserError(f"setting {self.id!r} does not evaluate {benchmark!r}")
         return [s for s in steps if s % self.train.save_every == 0]
 
 

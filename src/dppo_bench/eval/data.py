@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dppo_bench.config import canonical_sha256
+from dppo_bench.errors import UserError
 from dppo_bench.eval.extract import last_box
 from dppo_bench.eval.spec import (
     IDENTITY_FIELDS,
@@ -29,7 +30,7 @@ _LOST_BACKSLASH = re.compile(r"\x0c|\x08|[\t\r](?=[a-z])")
 _LOST = {"\x0c": "\\f", "\x08": "\\b", "\t": "\\t", "\r": "\\r"}
 
 
-class DataError(ValueError):
+class DataError(UserError):
     """Bad data: the message names the file (and the row and field where there is one)."""
 
 

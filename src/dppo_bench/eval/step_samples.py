@@ -19,6 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Protocol
 
+from dppo_bench.errors import UserError
 from dppo_bench.eval.data import ProblemSet
 from dppo_bench.eval.generate import HFBackend, SamplingConfig, VLLMBackend, resolve_model, run_generation
 from dppo_bench.eval.prompts import load_prompt
@@ -73,7 +74,7 @@ class GeneratedSamples:
             return False
         recorded = scores.get("sampling")
         if recorded != asdict(self.sampling):
-            raise ValueError(
+            raise UserError(
                 f"{step_dir / SCORES}: scored with sampling {recorded}, but {self.spec.id} now asks for "
                 f"{asdict(self.sampling)}; move {step_dir.parent} away to evaluate again"
             )
@@ -215,7 +216,7 @@ def max_response_length(run: RunDir, info: dict) -> int:
     """The run's longest response (its setting's, as run.json recorded it): an evaluation's longest sample."""
     length = info.get("setting_config", {}).get("train", {}).get("max_response_length")
     if not isinstance(length, int):
-        raise ValueError(f"{run.run_json}: field 'setting_config.train.max_response_length' is missing")
+        raise UserError(f"{run.run_json}: field 'setting_config.train.max_response_length' is missing")
     return length
 
 
@@ -247,7 +248,7 @@ def samples_source(
     weights it saved."""
     backend = info.get("backend")
     if backend not in ("local", "verl"):
-        raise ValueError(f"{run.run_json}: field 'backend': expected 'local' or 'verl', got {backend!r}")
+        raise UserError(f"{run.run_json}: field 'backend': expected 'local' or 'verl', got {backend!r}")
     online = validated_online(info, spec, problems)
     if online is not None:
         return VerlDumpSamples(run, info, spec, problems, online)

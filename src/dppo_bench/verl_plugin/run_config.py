@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dppo_bench.config import MethodRecipe, Setting
+from dppo_bench.errors import UserError
 from dppo_bench.eval.spec import load_benchmark
 from dppo_bench.methods.masked_tokens import RUN_DIR_NAME as MASKED_TOKENS_RUN_DIR
 from dppo_bench.verl_plugin.hyperparameters import RAY_ENV_VARS
@@ -67,7 +68,7 @@ def val_sampling(benchmarks: list) -> dict:
     sampling = {(b.n, b.sampling.temperature, b.sampling.top_p) for b in benchmarks}
     if len(sampling) != 1:
         ids = ", ".join(b.id for b in benchmarks)
-        raise ValueError(
+        raise UserError(
             f"online benchmarks {ids} sample differently, and verl validates all of them with one val_kwargs: "
             "list all but one set of them under eval.offline"
         )
@@ -88,7 +89,7 @@ def run_overrides(
     user's WANDB_MODE, offline when unset)."""
 
     if setting.verl is None:
-        raise ValueError(f"setting {setting.id!r} is not a verl-backend setting")
+        raise UserError(f"setting {setting.id!r} is not a verl-backend setting")
     v, t = setting.verl, setting.train
     val = val_sampling([load_benchmark(b) for b in setting.eval.online])
     loggers = '["console","file","wandb"]' if wandb else '["console","file"]'
