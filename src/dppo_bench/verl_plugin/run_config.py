@@ -187,7 +187,8 @@ def run_overrides(
     if wandb:
         overrides += [f"{ENV}.WANDB_DIR={paths.run_dir}", f"{ENV}.WANDB_MODE={wandb_mode}"]
     overrides += [f"{ENV}.{name}='{value}'" for name, value in device_env(setting).items()]  # Ray: strings only
-    return overrides + engine_overrides(setting) + cpu_overrides(setting)
+    # an override that two parts need is given once (trainer.use_v1: the mismatch pass's and a Top-K method's)
+    return list(dict.fromkeys(overrides + engine_overrides(setting) + cpu_overrides(setting)))
 
 
 def device_env(setting: Setting) -> dict[str, str]:
