@@ -40,6 +40,14 @@ def _finite(value: Any) -> Any:
     return value
 
 
+WANDB_PROJECT = "dppo-bench"  # where either backend's runs log to wandb (verl's trainer.project_name)
+
+
+def run_name(setting, recipe, seed: int) -> str:
+    """A run's name outside its directory: verl's trainer.experiment_name and the wandb run's, on either backend."""
+    return f"{setting.id}__{recipe.id}__seed{seed}"
+
+
 def training_identity(setting, recipe) -> dict[str, str]:
     """What a run's record holds of what it computes: the setting's and the recipe's training identity."""
     return {"setting_sha256": setting.sha256(), "recipe_sha256": recipe.sha256()}

@@ -20,7 +20,7 @@ from dppo_bench.eval.pins import check_file
 from dppo_bench.eval.spec import load_benchmark
 from dppo_bench.io import file_sha256
 from dppo_bench.provenance import now
-from dppo_bench.rundir import RunDir
+from dppo_bench.rundir import WANDB_PROJECT, RunDir, run_name
 from dppo_bench.runlock import run_lock
 
 
@@ -67,9 +67,9 @@ def wandb_run(run_dir, setting, recipe, seed: int):
     import wandb
 
     return wandb.init(
-        project="dppo-bench",
+        project=WANDB_PROJECT,
         group=setting.id,
-        name=f"{setting.id}__{recipe.id}__seed{seed}",
+        name=run_name(setting, recipe, seed),
         dir=run_dir.path,
         mode=os.environ.get("WANDB_MODE", "offline"),
         config={"setting": setting.id, "method": recipe.id, "seed": seed, **run_dir.read_run()["hyperparameters"]},

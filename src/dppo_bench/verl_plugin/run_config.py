@@ -15,6 +15,7 @@ from dppo_bench.config import MethodRecipe, Setting
 from dppo_bench.errors import UserError
 from dppo_bench.eval.spec import load_benchmark
 from dppo_bench.methods.masked_tokens import RUN_DIR_NAME as MASKED_TOKENS_RUN_DIR
+from dppo_bench.rundir import WANDB_PROJECT, run_name
 from dppo_bench.verl_plugin.hyperparameters import RAY_ENV_VARS
 from dppo_bench.verl_plugin.overrides import ACTOR, method_overrides
 
@@ -22,7 +23,6 @@ ROLLOUT = "actor_rollout_ref.rollout"
 MODEL = "actor_rollout_ref.model"
 ENV = RAY_ENV_VARS
 REWARD_FUNCTION = Path(__file__).resolve().parents[1] / "eval" / "verl_reward.py"
-PROJECT = "dppo-bench"
 MISMATCH_EVERY_KEY = "dppo_bench_mismatch_every"  # in rollout.custom, verl's free extension dict
 PLUGIN_MODULE = "dppo_bench.verl_plugin.entry"  # the plugin's entry point (pyproject.toml), for Ray workers
 KEEP_WEIGHTS = "dppo_bench.verl_plugin.keep_weights.KeepWeights"  # verl's checkpoint callback (imports verl)
@@ -54,10 +54,6 @@ class RunPaths:
     @property
     def validation(self) -> Path:
         return self.run_dir / "validation"
-
-
-def experiment_name(setting: Setting, recipe: MethodRecipe, seed: int) -> str:
-    return f"{setting.id}__{recipe.id}__seed{seed}"
 
 
 def val_sampling(benchmarks: list) -> dict:
@@ -171,8 +167,8 @@ def run_overrides(
         f"trainer.default_local_dir={paths.checkpoints}",
         f"trainer.validation_data_dir={paths.validation}",
         f"trainer.logger={loggers}",
-        f"trainer.project_name={PROJECT}",
-        f"trainer.experiment_name={experiment_name(setting, recipe, seed)}",
+        f"trainer.project_name={WANDB_PROJECT}",
+        f"trainer.experiment_name={run_name(setting, recipe, seed)}",
         f"trainer.nnodes={v.nodes}",
         # Hydra's record of the composed config beside the attempt's log, not in the directory verl was started from
         f"hydra.run.dir={paths.metrics_log.with_suffix('.hydra')}",
