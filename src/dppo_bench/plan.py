@@ -112,7 +112,6 @@ def plan(
     probes_root: Path = Path("results/probes"),
 ) -> list[PlannedRun]:
     """Every run (or probe) of ``experiment`` with its cost and what exists of it under ``root`` (results/runs)."""
-
     probes = [
         PlannedRun(settings[s], PROBE, 0, probe_state(probe_path(probes_root, s), settings[s]), None, PROBE_RUNTIME_MIN)
         for s in experiment.probes

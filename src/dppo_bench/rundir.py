@@ -84,7 +84,6 @@ class RunDir:
 
     def start(self, setting, recipe, seed: int, inputs: dict) -> dict:
         """run.json at start; a rerun must be the same run (same recipe, setting and seed) to resume it."""
-
         identity = {
             "setting": setting.id,
             "method": recipe.id,

@@ -160,7 +160,6 @@ def _evaluation(eval_dir: Path, deep: bool, found: list[Damage]) -> None:
 def _scores(step_dir: Path, deep: bool, found: list[Damage], redo: Path | None) -> dict | None:
     """scores.json: readable, its numbers what its per-problem counts give, its verdicts (and, deep, its samples)
     the files it was computed from. Returns it when its fields can be read."""
-
     path = step_dir / SCORES
     scores = _read_object(path, found, redo)
     if scores is None:

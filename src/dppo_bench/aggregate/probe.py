@@ -134,7 +134,6 @@ def draw(experiment: Experiment, records: dict[str, MismatchTokens]):
 
 def aggregate_probes(experiment: Experiment, root: Path, out: Path, only: str | None) -> None:
     """Tables and figure of a probe experiment from the records under ``root`` (results/probes)."""
-
     records = {s: read_tokens(probe_path(root, s)) for s in experiment.probes}
     for setting, tokens in records.items():
         if tokens.meta.get("setting_sha256") != find_setting(setting).sha256():

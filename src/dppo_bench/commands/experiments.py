@@ -26,7 +26,6 @@ def settings_of(experiment) -> list[str]:
 
 def needs_gpus(experiment) -> bool:
     """Whether any setting it trains or probes runs on GPUs (verl.device: cpu settings do not)."""
-
     return any(on_gpus(find_setting(s)) for s in settings_of(experiment))
 
 
@@ -39,7 +38,6 @@ def run_command(experiment) -> str:
 
 def budget(experiment) -> str:
     """GPU-hours the experiment's GPU runs may hold (nodes x GPUs x run-time limit); "CPU" when none needs GPUs."""
-
     if not needs_gpus(experiment):
         return "CPU"
     settings = {s: find_setting(s) for s in settings_of(experiment)}

@@ -40,7 +40,6 @@ def evaluate_run(
     the benchmark's own source); ``engine`` generates from saved weights ("hf" or "vllm"); ``threads`` are the job's
     cores (generation's torch threads, the verifier's workers); ``seed`` seeds generation and the bootstrap
     confidence interval."""
-
     spec = load_benchmark(benchmark)
     problems = problems_for(spec, data)
     run = RunDir(run_path)
@@ -82,7 +81,6 @@ def evaluate_run(
 
 def score_step(source: StepSamples, step: int, step_dir: Path, spec, problems, pool, seed: int) -> float:
     """The step's avg@n: from its scores.json when the source says they are current, else its samples scored now."""
-
     scores_path = step_dir / SCORES
     if not source.scored(step, step_dir):
         samples = step_dir / SAMPLES

@@ -177,7 +177,6 @@ def readable_scores(step_dir: Path) -> dict | None:
 
 def converted(samples: Path) -> bool:
     """Whether a samples file was converted from a validation dump (its header's model kind)."""
-
     try:
         model = read_samples(samples, rows_required=False).header.get("model")
     except SamplesError:
@@ -195,7 +194,6 @@ def whole(samples: Path, problems: ProblemSet | None = None, n: int | None = Non
     """Whether a samples file reads whole (and, given ``problems``, holds ``n`` samples of each and nothing else);
     a damaged one is made again, and replaced whole when it is: it is derived from the checkpoint or the dump,
     which stay."""
-
     try:
         read = read_samples(samples)
     except SamplesError as e:

@@ -88,7 +88,6 @@ def _data_record(path: Path, spec_id: str, data_source: str) -> dict:
 def data_records(setting: Setting, train: Path, val: Sequence[Path]) -> dict:
     """run.json's ``inputs``; each online benchmark's record also says what it is and how verl samples it, which
     decides whether its dumps are still its scores (:func:`dppo_bench.eval.step_samples.validated_online`)."""
-
     train_spec = load_any(setting.verl.train_data)
     benchmarks = [load_benchmark(b) for b in setting.eval.online]
     if len(val) != len(benchmarks):
@@ -161,7 +160,6 @@ class VerlRun:
 def _validated_at(run: VerlRun, step: int) -> bool:
     """Whether step ``step``'s online validation is already recorded (metrics and dump): then a resumed attempt
     need not validate again before training."""
-
     wanted = {canonical.eval_metric(b, load_benchmark(b).n) for b in run.setting.eval.online}
     row = next((r for r in run.run_dir.read_metrics() if r["step"] == step), {})
     dump = run.run_dir.path / "validation" / f"{step}.jsonl"

@@ -83,7 +83,6 @@ def run_overrides(
 ) -> list[str]:
     """Every override of one run; ``wandb`` adds verl's wandb logger in ``wandb_mode`` (the launcher passes the
     user's WANDB_MODE, offline when unset)."""
-
     if setting.verl is None:
         raise UserError(f"setting {setting.id!r} is not a verl-backend setting")
     v, t = setting.verl, setting.train
