@@ -50,11 +50,13 @@ verl-cpu: venv
 	$(BIN)/snakemake --cores $(CORES) verl_cpu verl_cpu_mismatch
 	@echo "figures: results/verl_cpu/figure.png, results/verl_cpu_mismatch/figure.png (and .pdf); tables: table.md beside them"
 
-# What reviewers check, as CI runs it (.ci/run): ruff's lint and format, and snakemake's lint of the workflow.
+# What reviewers check, as CI runs it (.ci/run): ruff's lint and format, snakemake's lint of the workflow, and the
+# documentation site, where a broken link or a page missing from the navigation fails the build.
 lint: venv
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/snakemake --lint
+	$(BIN)/mkdocs build --strict --quiet --site-dir $$(mktemp -d)
 
 bench: venv
 	for b in benchmarks/*.py; do $(BIN)/python $$b || exit 1; done

@@ -42,7 +42,7 @@ def prepared_inputs(work: Path, setting: dict) -> None:
     """The parquet files `dppo-bench data prepare` would write, with the data_source the launcher checks."""
     train = setting["verl"]["train_data"]
     write_parquet(work / f"results/data/verl/{train}.parquet", load_any(train).data_source)
-    for b in setting["eval"]["benchmarks"]:
+    for b in setting["eval"]["online"]:
         write_parquet(work / f"results/data/verl/{b}.parquet", load_benchmark(b).data_source)
 
 

@@ -1,7 +1,6 @@
 """verl itself through sbatch: one run of tiny_verl (verl 0.9.1's trainer, Ray on one node, vLLM's CPU build) as a
 job of the real SLURM, with its base model and data made by the pipeline's own jobs. Several minutes on 2 cores,
-beyond what CI's budget leaves for the SLURM tests: run it with DPPO_BENCH_SLURM_VERL=1 (README, "Running on a
-cluster")."""
+beyond what CI's budget leaves for the SLURM tests: run it with DPPO_BENCH_SLURM_VERL=1 (docs/cluster.md)."""
 
 import json
 import os

@@ -15,6 +15,7 @@ from wandb.proto import wandb_internal_pb2
 from dppo_bench import cli
 from dppo_bench.commands.train import wandb_run
 from dppo_bench.config import find_method, find_setting
+from dppo_bench.config.runs import resolve_run
 from dppo_bench.rundir import RunDir
 from dppo_bench.verl_plugin.run_config import RunPaths, run_overrides
 
@@ -107,6 +108,7 @@ def test_a_local_run_is_named_as_verl_names_its_runs(tmp_path, monkeypatch):
     setting, recipe = find_setting("sanity_r1d_1p5b"), find_method("dppo_binary_tv")
     wandb_run(run_dir, setting, recipe, 3)
     paths = RunPaths(tmp_path, tmp_path / "t.parquet", (tmp_path / "a.parquet",), tmp_path / "log.jsonl")
-    verl = dict(o.split("=", 1) for o in run_overrides(recipe, setting, 3, paths) if o.startswith("trainer."))
+    overrides = run_overrides(resolve_run(setting, recipe, 3), paths)
+    verl = dict(o.split("=", 1) for o in overrides if o.startswith("trainer."))
     assert (seen["project"], seen["name"]) == (verl["trainer.project_name"], verl["trainer.experiment_name"])
     assert seen["name"] == "sanity_r1d_1p5b__dppo_binary_tv__seed3" and Path(seen["dir"]) == run_dir.path

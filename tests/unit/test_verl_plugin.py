@@ -526,8 +526,9 @@ def test_verls_ppo_loss_runs_every_recipe(gen, name, monkeypatch):
 
 
 def test_verl_averages_our_statistics_over_micro_batches_unweighted(gen):
-    """The README's per-step statistics paragraph: verl 0.9.1 combines a loss's scalars by an unweighted mean over
-    micro-batches, so a micro-batch without A > 0 tokens pulls mask_frac_pos toward 0, and _max is a mean of maxima."""
+    """The per-step statistics paragraph of docs/methods.md: verl 0.9.1 combines a loss's scalars by an unweighted
+    mean over micro-batches, so a micro-batch without A > 0 tokens pulls mask_frac_pos toward 0, and _max is a mean of
+    maxima."""
     from verl.utils.metric import Metric, reduce_metrics
     from verl.utils.py_functional import append_to_dict
 

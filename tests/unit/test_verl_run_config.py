@@ -10,6 +10,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from dppo_bench.config import EXPERIMENTS_DIR, find_method, find_setting, load_experiment, setting_paths
+from dppo_bench.config.runs import resolve_run
 from dppo_bench.verl_plugin.compose import compose_ppo_config, validate
 from dppo_bench.verl_plugin.hyperparameters import LOSS_ENV, decode
 from dppo_bench.verl_plugin.run_config import REWARD_FUNCTION, RunPaths, run_overrides
@@ -48,7 +49,7 @@ def test_every_verl_setting_is_in_some_experiment():
 )
 def test_the_pair_composes_into_a_valid_verl_config(setting, method):
     s, recipe = SETTINGS[setting], find_method(method)
-    cfg = compose_ppo_config(run_overrides(recipe, s, 0, PATHS))
+    cfg = compose_ppo_config(run_overrides(resolve_run(s, recipe, 0), PATHS))
     typed = validate(cfg)
     actor, rollout = typed["actor"], typed["rollout"]
     assert actor.policy_loss.loss_mode == recipe.loss_mode
@@ -62,7 +63,7 @@ def test_the_pair_composes_into_a_valid_verl_config(setting, method):
 def test_router_replay_on_fsdp_is_rejected_by_verls_config():
     fsdp = SETTINGS["sanity_r1d_1p5b"]
     r3 = fsdp.model_copy(update={"verl": fsdp.verl.model_copy(update={"router_replay": "R3"})})
-    overrides = run_overrides(find_method("dppo_binary_tv"), r3, 0, PATHS)
+    overrides = run_overrides(resolve_run(r3, find_method("dppo_binary_tv"), 0), PATHS)
     assert "actor_rollout_ref.actor.megatron.router_replay.mode=R3" in overrides
     with pytest.raises(Exception, match="megatron"):
         validate(compose_ppo_config(overrides))
@@ -70,7 +71,7 @@ def test_router_replay_on_fsdp_is_rejected_by_verls_config():
 
 def test_router_replay_on_megatron_reaches_actor_and_rollout():
     typed = validate(
-        compose_ppo_config(run_overrides(find_method("dppo_binary_tv"), SETTINGS["moe_base_r3"], 0, PATHS))
+        compose_ppo_config(run_overrides(resolve_run(SETTINGS["moe_base_r3"], find_method("dppo_binary_tv"), 0), PATHS))
     )
     assert typed["actor"].megatron.router_replay.mode == "R3"
     assert typed["rollout"].enable_rollout_routing_replay is True
@@ -79,7 +80,7 @@ def test_router_replay_on_megatron_reaches_actor_and_rollout():
 def test_sanity_setting_pins_the_papers_values():
     """DPPO-Binary-TV in the sanity test (App. C.1): every value verl will run with."""
     s, recipe = SETTINGS["sanity_r1d_1p5b"], find_method("dppo_binary_tv")
-    overrides = run_overrides(recipe, s, 3, PATHS)
+    overrides = run_overrides(resolve_run(s, recipe, 3), PATHS)
     cfg = compose_ppo_config(overrides)
     typed = validate(cfg)
     actor, rollout = typed["actor"], typed["rollout"]
@@ -115,11 +116,11 @@ def test_sanity_setting_pins_the_papers_values():
 
 def test_wandb_is_one_switch_and_a_pinned_model_trains_from_its_snapshot():
     s, recipe = SETTINGS["sanity_r1d_1p5b"], find_method("pg_is")
-    cfg = compose_ppo_config(run_overrides(recipe, s, 0, PATHS, wandb=True, wandb_mode="online"))
+    cfg = compose_ppo_config(run_overrides(resolve_run(s, recipe, 0), PATHS, wandb=True, wandb_mode="online"))
     assert list(cfg.trainer.logger) == ["console", "file", "wandb"]
     assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.WANDB_MODE == "online"
     snapshot = RunPaths(**{**PATHS.__dict__, "model": Path("/hub/snapshots/abc123")})
-    cfg = compose_ppo_config(run_overrides(recipe, s, 0, snapshot))
+    cfg = compose_ppo_config(run_overrides(resolve_run(s, recipe, 0), snapshot))
     assert cfg.actor_rollout_ref.model.path == "/hub/snapshots/abc123"
 
 
@@ -131,7 +132,7 @@ TOPK_PROFILES = {"sanity", "scaling"}  # the profiles the Top-K recipes have
     sorted(s for s, v in SETTINGS.items() if v.backend == "verl" and v.hyperparameter_profile in TOPK_PROFILES),
 )
 def test_topk_runs_keep_the_settings_k(setting):
-    overrides = run_overrides(find_method("dppo_topk_tv"), SETTINGS[setting], 0, PATHS)
+    overrides = run_overrides(resolve_run(SETTINGS[setting], find_method("dppo_topk_tv"), 0), PATHS)
     assert f"++actor_rollout_ref.rollout.custom.dppo_topk_k={SETTINGS[setting].verl.topk}" in overrides
 
 
@@ -139,6 +140,6 @@ def test_topk_runs_keep_the_settings_k(setting):
 def test_each_override_is_given_once(method):
     """The v1 trainer is what the whole run needs and what a Top-K method needs: one override says it."""
     setting = next(s for s in SETTINGS.values() if s.backend == "verl" and s.hyperparameter_profile in TOPK_PROFILES)
-    overrides = run_overrides(find_method(method), setting, 0, PATHS)
+    overrides = run_overrides(resolve_run(setting, find_method(method), 0), PATHS)
     assert overrides.count("trainer.use_v1=True") == 1
     assert len(overrides) == len(set(overrides))

@@ -19,11 +19,22 @@ rule evaluate:
         engine=eval_engine,
         identity=run_identity,
         protocol=eval_protocol,
+    wildcard_constraints:
+        setting=CPU_SETTINGS,
     threads: eval_threads
-    resources:
-        gpu=eval_gpus,
     conda:
         "../../environment.yml"
     shell:
         "dppo-bench evaluate --run-dir {params.run_dir} --benchmark {wildcards.benchmark} --steps {params.steps}"
         " --engine {params.engine} --data {input.data} --threads {threads} --out {output} > {log} 2>&1"
+
+
+# GPU settings' evaluations: the same job, which the cluster profile sends to its GPU partition. It asks for the
+# GPUs of the rollout's tensor parallelism when it generates (an offline benchmark, or an online one whose spec
+# changed after the run validated it); scoring the run's own validation dumps asks for none.
+use rule evaluate as evaluate_gpu with:
+    wildcard_constraints:
+        setting=GPU_SETTINGS,
+    threads: eval_threads
+    resources:
+        gpu=eval_gpus,

@@ -69,7 +69,7 @@ def render_index() -> str:
         "`dppo-bench plan <id>` lists each run's share and what already exists on disk (local settings: CPU-minutes "
         "from the measured step cost). CPU: every job runs on the CPU (the local backend, or verl with "
         "`verl.device: cpu`), on this machine with `--cores 2` as written, or through SLURM with "
-        '`--profile profiles/slurm`; each verl run takes minutes (README, "The cluster path on CPU").',
+        "`--profile profiles/slurm`; each verl run takes minutes (docs/verl-on-cpu.md).",
         "",
     ]
     for path in sorted(EXPERIMENTS_DIR.glob("*.yaml")):

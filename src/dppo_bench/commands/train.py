@@ -13,11 +13,9 @@ import sys
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from dppo_bench.config import SETTINGS_DIR, find_method, load_setting, locate
-from dppo_bench.config.suite import check_setting
+from dppo_bench.config.runs import resolve_run
 from dppo_bench.errors import UserError
 from dppo_bench.eval.pins import check_file
-from dppo_bench.eval.spec import load_benchmark
 from dppo_bench.io import file_sha256
 from dppo_bench.provenance import now
 from dppo_bench.rundir import WANDB_PROJECT, RunDir, run_name
@@ -87,20 +85,17 @@ def log_rows_to(run):
 
 
 def train(args: argparse.Namespace) -> int:
-    setting_path = locate("setting", args.setting, SETTINGS_DIR)
-    setting, recipe = load_setting(setting_path), find_method(args.method)
-    recipe.profile(setting.hyperparameter_profile)  # fail now, not mid-run, on a missing profile
-    # and on a bad eval spec, or one the backend cannot evaluate, not after training
-    check_setting(setting, setting_path, {b: load_benchmark(b) for b in setting.eval.benchmarks})
+    # fails now, not mid-run or after training, on a missing profile or a bad (or unevaluable) eval spec
+    run = resolve_run(args.setting, args.method, args.seed)
     val_data = [p for arg in args.val_data for p in arg.split(",") if p]
     for data in [args.train_data, *val_data] if args.train_data else val_data:  # against what a spec pins for it
         check_file(Path(data))
-    if setting.backend == "verl":
-        return train_verl(args, setting, recipe)
+    if run.setting.backend == "verl":
+        return train_verl(args, run)
     if args.base_model is None or args.train_data is None:
         raise UserError("a local-backend run needs --base-model and --train-data")
     with run_lock(args.out), terminate_as_exit():
-        return train_local(args, setting, recipe)
+        return train_local(args, run)
 
 
 @contextmanager
@@ -118,9 +113,10 @@ def terminate_as_exit():
         signal.signal(signal.SIGTERM, previous)
 
 
-def train_local(args: argparse.Namespace, setting, recipe) -> int:
+def train_local(args: argparse.Namespace, resolved) -> int:
     from dppo_bench.local.trainer import LocalRun, LocalTrainer  # heavy: torch and verl, for this backend only
 
+    setting, recipe = resolved.setting, resolved.recipe
     run_dir = RunDir(args.out).create()
     inputs = {
         "base_model": str(args.base_model),
@@ -129,7 +125,7 @@ def train_local(args: argparse.Namespace, setting, recipe) -> int:
         "train_data_sha256": file_sha256(args.train_data),
     }
     run_dir.start(setting, recipe, args.seed, inputs)
-    run = LocalRun(setting, recipe, args.seed, args.base_model, args.train_data)
+    run = LocalRun(setting, recipe, args.seed, args.base_model, args.train_data, resolved.train_data.answer_type)
     wb = wandb_run(run_dir, setting, recipe, args.seed) if args.wandb else None
     try:
         log_rows = log_rows_to(wb) if wb is not None else None
@@ -148,7 +144,7 @@ def train_local(args: argparse.Namespace, setting, recipe) -> int:
     return 0
 
 
-def train_verl(args: argparse.Namespace, setting, recipe) -> int:
+def train_verl(args: argparse.Namespace, resolved) -> int:
     from dppo_bench.verl_plugin.launch import VerlRun, launch, parse_command  # heavy: torch, for this backend only
 
     if args.train_data is None or not args.val_data:
@@ -156,9 +152,7 @@ def train_verl(args: argparse.Namespace, setting, recipe) -> int:
             "a verl-backend run needs --train-data (parquet) and --val-data (one parquet per online benchmark)"
         )
     run = VerlRun(
-        setting=setting,
-        recipe=recipe,
-        seed=args.seed,
+        resolved=resolved,
         run_dir=RunDir(args.out),
         train_data=args.train_data,
         val_data=tuple(Path(p) for arg in args.val_data for p in arg.split(",") if p),

@@ -55,7 +55,7 @@ class TrainSpec(Strict):
 
 
 class EvalSpec(Strict):
-    """Which benchmarks a setting's runs are scored on, and how (README, "Evaluation: online and offline").
+    """Which benchmarks a setting's runs are scored on, and how (docs/evaluation.md, "Online and offline").
 
     ``online``: verl validates them inside the training job every ``every`` steps (one sampling for all of them:
     verl has one ``val_kwargs``), and their dumps are scored; part of the training identity. ``offline``: scored
@@ -228,6 +228,12 @@ class Setting(Strict):
         if benchmark not in self.eval.offline:
             raise UserError(f"setting {self.id!r} does not evaluate {benchmark!r}")
         return [s for s in steps if s % self.train.save_every == 0]
+
+    @property
+    def loss_scale_factor(self) -> int | None:
+        """seq-mean-token-sum-norm's constant normaliser, the longest response (not each micro-batch's padded
+        length), for both backends; None in the other modes."""
+        return self.train.max_response_length if self.loss_agg_mode == "seq-mean-token-sum-norm" else None
 
 
 def setting_data(path: Path) -> dict:

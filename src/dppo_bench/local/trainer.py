@@ -16,7 +16,7 @@ import io
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +26,10 @@ from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
 from dppo_bench import canonical
 from dppo_bench.config import MethodRecipe, Setting
+from dppo_bench.config.runs import TINY_TRAIN_DATA
 from dppo_bench.eval.grading import grade
+from dppo_bench.eval.spec import load_any
+from dppo_bench.eval.values import AnswerType
 from dppo_bench.io import CorruptFileError, read_complete_jsonl, verify_checksums
 from dppo_bench.local.batching import decode_responses, prompt_ids
 from dppo_bench.local.model import load_model, save_model
@@ -57,6 +60,8 @@ class LocalRun:
     seed: int
     base_model: Path  # HF dir from the pretraining stage
     train_problems: Path  # normalized jsonl of the training split
+    # how a response is graded: the answer type of the tiny task's training spec, unless the command resolved it
+    answer_type: AnswerType = field(default_factory=lambda: load_any(TINY_TRAIN_DATA).answer_type)
 
 
 class LocalTrainer:
@@ -73,7 +78,7 @@ class LocalTrainer:
         self.run, self.dir, self.progress, self.log_rows = run, run_dir, progress, log_rows
         s, r = run.setting, run.recipe
         self.train, self.local = s.train, s.local
-        batch_info = {"loss_scale_factor": s.train.max_response_length} if s.loss_agg_mode.endswith("norm") else {}
+        batch_info = {"loss_scale_factor": s.loss_scale_factor} if s.loss_scale_factor is not None else {}
         self.loss = Loss.of(r, s.hyperparameter_profile, s.loss_agg_mode, batch_info)
         self.recompute = r.anchor == "recompute"
         self.problems = read_complete_jsonl(run.train_problems)
@@ -140,7 +145,7 @@ class LocalTrainer:
         texts = decode_responses(self.tokenizer, roll.response_ids, roll.response_mask)
         G = self.train.responses_per_prompt
         return torch.tensor(
-            [float(grade(t, problems[i // G]["answer"], "integer").correct) for i, t in enumerate(texts)]
+            [float(grade(t, problems[i // G]["answer"], self.run.answer_type).correct) for i, t in enumerate(texts)]
         )
 
     def _advantages(self, rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -33,9 +33,9 @@ from pathlib import Path
 
 from dppo_bench import canonical
 from dppo_bench.config import ConfigError, MethodRecipe, Setting
+from dppo_bench.config.runs import ResolvedRun
 from dppo_bench.errors import UserError
 from dppo_bench.eval import protocol
-from dppo_bench.eval.spec import load_any, load_benchmark
 from dppo_bench.io import file_sha256
 from dppo_bench.provenance import now
 from dppo_bench.rundir import RunDir
@@ -85,11 +85,10 @@ def _data_record(path: Path, spec_id: str, data_source: str) -> dict:
     return record
 
 
-def data_records(setting: Setting, train: Path, val: Sequence[Path]) -> dict:
+def data_records(run: ResolvedRun, train: Path, val: Sequence[Path]) -> dict:
     """run.json's ``inputs``; each online benchmark's record also says what it is and how verl samples it, which
     decides whether its dumps are still its scores (:func:`dppo_bench.eval.step_samples.validated_online`)."""
-    train_spec = load_any(setting.verl.train_data)
-    benchmarks = [load_benchmark(b) for b in setting.eval.online]
+    setting, train_spec, benchmarks = run.setting, run.train_data, run.online
     if len(val) != len(benchmarks):
         raise UserError(
             f"setting {setting.id!r} validates on {', '.join(setting.eval.online)}: give one --val-data file for "
@@ -133,15 +132,25 @@ def cached_revision(repo_id: str) -> str | None:
 
 @dataclass(frozen=True)
 class VerlRun:
-    setting: Setting
-    recipe: MethodRecipe
-    seed: int
+    resolved: ResolvedRun  # the setting, recipe, seed and data specs, resolved once by the command
     run_dir: RunDir
     train_data: Path
     val_data: tuple[Path, ...]
     wandb: bool = False
     command: tuple[str, ...] = MAIN_PPO  # verl's trainer entry point, e.g. wrapped in a container runtime
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+
+    @property
+    def setting(self) -> Setting:
+        return self.resolved.setting
+
+    @property
+    def recipe(self) -> MethodRecipe:
+        return self.resolved.recipe
+
+    @property
+    def seed(self) -> int:
+        return self.resolved.seed
 
     @property
     def logs(self) -> Path:
@@ -160,7 +169,7 @@ class VerlRun:
 def _validated_at(run: VerlRun, step: int) -> bool:
     """Whether step ``step``'s online validation is already recorded (metrics and dump): then a resumed attempt
     need not validate again before training."""
-    wanted = {canonical.eval_metric(b, load_benchmark(b).n) for b in run.setting.eval.online}
+    wanted = {canonical.eval_metric(b.id, b.n) for b in run.resolved.online}
     row = next((r for r in run.run_dir.read_metrics() if r["step"] == step), {})
     dump = run.run_dir.path / "validation" / f"{step}.jsonl"
     return wanted <= {k for k, v in row.items() if v is not None} and dump.is_file()
@@ -287,8 +296,8 @@ def _attempt(run: VerlRun, trainer: Callable[..., tuple[int, dict]], held: ExitS
         raise UserError(f"dppo-bench's verl runs need verl=={PINNED_VERL}; the installed verl is {verl_version}")
     s, v = run.setting, run.setting.verl
     placement(run.env, v.nodes)  # before anything is written: a multi-node run needs an allocation
-    data = data_records(s, run.train_data, run.val_data)
-    metric_map = MetricMap.for_benchmarks(s.eval.online)
+    data = data_records(run.resolved, run.train_data, run.val_data)
+    metric_map = MetricMap.for_benchmarks(run.resolved.online)
     model, snapshot = model_record(s)
     lock = held.enter_context(run_lock(run.run_dir.path))
     run.run_dir.create()
@@ -299,7 +308,7 @@ def _attempt(run: VerlRun, trainer: Callable[..., tuple[int, dict]], held: ExitS
     k, resumed = len(attempts) + 1, resumed_step(run.run_dir.checkpoints)
     paths = run.paths(k, snapshot)
     wandb_mode = run.env.get("WANDB_MODE", "offline")
-    overrides = run_overrides(run.recipe, s, run.seed, paths, wandb=run.wandb, wandb_mode=wandb_mode)
+    overrides = run_overrides(run.resolved, paths, wandb=run.wandb, wandb_mode=wandb_mode)
     if resumed and _validated_at(run, resumed):
         overrides.append("trainer.val_before_train=False")  # that step's validation is recorded already
     attempt = {"attempt": k, "log": str(paths.metrics_log), "resumed_from": resumed, "started_at": now()}

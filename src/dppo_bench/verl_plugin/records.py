@@ -23,7 +23,7 @@ from pathlib import Path
 
 from dppo_bench import canonical
 from dppo_bench.errors import UserError
-from dppo_bench.eval.spec import load_benchmark
+from dppo_bench.eval.spec import BenchmarkSpec
 from dppo_bench.io import read_jsonl
 from dppo_bench.rundir import RunDir
 
@@ -53,16 +53,16 @@ class MetricMap:
         self.benchmarks = dict(benchmarks)
 
     @classmethod
-    def for_benchmarks(cls, benchmark_ids: Iterable[str]) -> MetricMap:
+    def for_benchmarks(cls, benchmarks: Iterable[BenchmarkSpec]) -> MetricMap:
         by_source: dict[str, str] = {}
-        for b in benchmark_ids:
-            source = load_benchmark(b).data_source
+        for b in benchmarks:
+            source = b.data_source
             if source in by_source:
                 raise UserError(
-                    f"benchmarks {by_source[source]} and {b} share data_source {source!r}: verl's validation metrics "
-                    "are keyed by data_source, so one run cannot validate on both"
+                    f"benchmarks {by_source[source]} and {b.id} share data_source {source!r}: verl's validation "
+                    "metrics are keyed by data_source, so one run cannot validate on both"
                 )
-            by_source[source] = b
+            by_source[source] = b.id
         return cls(by_source)
 
     def name(self, key: str) -> str | None:

@@ -11,9 +11,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from dppo_bench.config import MethodRecipe, Setting
+from dppo_bench.config import Setting
+from dppo_bench.config.runs import ResolvedRun
 from dppo_bench.errors import UserError
-from dppo_bench.eval.spec import load_benchmark
 from dppo_bench.methods.masked_tokens import RUN_DIR_NAME as MASKED_TOKENS_RUN_DIR
 from dppo_bench.rundir import WANDB_PROJECT, run_name
 from dppo_bench.verl_plugin.hyperparameters import RAY_ENV_VARS
@@ -73,9 +73,7 @@ def val_sampling(benchmarks: list) -> dict:
 
 
 def run_overrides(
-    recipe: MethodRecipe,
-    setting: Setting,
-    seed: int,
+    run: ResolvedRun,
     paths: RunPaths,
     *,
     wandb: bool = False,
@@ -83,10 +81,11 @@ def run_overrides(
 ) -> list[str]:
     """Every override of one run; ``wandb`` adds verl's wandb logger in ``wandb_mode`` (the launcher passes the
     user's WANDB_MODE, offline when unset)."""
+    setting, recipe, seed = run.setting, run.recipe, run.seed
     if setting.verl is None:
         raise UserError(f"setting {setting.id!r} is not a verl-backend setting")
     v, t = setting.verl, setting.train
-    val = val_sampling([load_benchmark(b) for b in setting.eval.online])
+    val = val_sampling(list(run.online))
     loggers = '["console","file","wandb"]' if wandb else '["console","file"]'
     schedule_key = "lr_decay_style" if v.engine == "megatron" else "lr_scheduler_type"  # FSDP and Megatron differ
     overrides = [
@@ -177,8 +176,8 @@ def run_overrides(
         f"{ENV}.VERL_FILE_LOGGER_PATH={paths.metrics_log}",
         f"{ENV}.{MASKED_TOKENS_DIR_ENV}={paths.run_dir / MASKED_TOKENS_RUN_DIR}",  # App. D (verl_plugin.masked_tokens)
     ]
-    if setting.loss_agg_mode.endswith("-norm"):  # a constant normaliser, not each micro-batch's padded length
-        overrides.append(f"{ACTOR}.loss_scale_factor={t.max_response_length}")
+    if setting.loss_scale_factor is not None:
+        overrides.append(f"{ACTOR}.loss_scale_factor={setting.loss_scale_factor}")
     if wandb:
         overrides += [f"{ENV}.WANDB_DIR={paths.run_dir}", f"{ENV}.WANDB_MODE={wandb_mode}"]
     overrides += [f"{ENV}.{name}='{value}'" for name, value in device_env(setting).items()]  # Ray: strings only
