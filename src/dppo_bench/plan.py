@@ -10,16 +10,17 @@ run-time limit, wall-clock on the machine it runs on.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from dppo_bench import canonical
-from dppo_bench.aggregate.probe import probe_path
 from dppo_bench.config import Experiment, MethodRecipe, Setting
+from dppo_bench.config.runs import setting_benchmarks
 from dppo_bench.eval.protocol import setting_protocol_sha256
-from dppo_bench.eval.spec import load_benchmark
+from dppo_bench.eval.spec import BenchmarkSpec
 from dppo_bench.probe.tokens import read_tokens
-from dppo_bench.rundir import RunDir
+from dppo_bench.rundir import RunDir, probe_record
 
 PROBE = "(mismatch probe)"
 
@@ -47,7 +48,9 @@ class RunState:
     to_evaluate: tuple[str, ...] = ()  # a finished run's benchmarks not (or no longer) evaluated as specified
 
 
-def run_state(run_dir: RunDir, setting: Setting, recipe: MethodRecipe) -> RunState:
+def run_state(
+    run_dir: RunDir, setting: Setting, recipe: MethodRecipe, benchmarks: Mapping[str, BenchmarkSpec] | None = None
+) -> RunState:
     """What is on disk for one run: stale if what it computes changed since it ran (its training identity, as
     aggregation judges); a finished run also lists the evaluations still to make, which need no training."""
     info = run_dir.read_run()
@@ -61,10 +64,11 @@ def run_state(run_dir: RunDir, setting: Setting, recipe: MethodRecipe) -> RunSta
     step_s = statistics.fmean(times) if times else None
     if not (info.get("status") in FINISHED and run_dir.done.exists()):
         return RunState("partial", last, step_s)
+    benchmarks = benchmarks or setting_benchmarks([setting])
     due = tuple(
         b
         for b in setting.eval.benchmarks
-        if not run_dir.evaluation_current(b, setting_protocol_sha256(setting, load_benchmark(b)))
+        if not run_dir.evaluation_current(b, setting_protocol_sha256(setting, benchmarks[b]))
     )
     return RunState("finished", last, step_s, due)
 
@@ -74,7 +78,7 @@ def probe_state(path: Path, setting: Setting) -> RunState:
     if not path.is_file():
         return RunState("missing")
 
-    return RunState("finished" if read_tokens(path).meta.get("setting_sha256") == setting.sha256() else "stale")
+    return RunState("finished" if read_tokens(path).probed_with(setting) else "stale")
 
 
 @dataclass(frozen=True)
@@ -113,14 +117,14 @@ def plan(
 ) -> list[PlannedRun]:
     """Every run (or probe) of ``experiment`` with its cost and what exists of it under ``root`` (results/runs)."""
     probes = [
-        PlannedRun(settings[s], PROBE, 0, probe_state(probe_path(probes_root, s), settings[s]), None, PROBE_RUNTIME_MIN)
+        PlannedRun(
+            settings[s], PROBE, 0, probe_state(probe_record(s, probes_root), settings[s]), None, PROBE_RUNTIME_MIN
+        )
         for s in experiment.probes
     ]
     keys = experiment.run_keys(lambda s: settings[s].seeds)
-    states = {
-        key: run_state(RunDir(root / key[0] / key[1] / f"seed{key[2]}"), settings[key[0]], methods[key[1]])
-        for key in keys
-    }
+    benchmarks = setting_benchmarks(settings[s] for s, _, _ in keys)
+    states = {key: run_state(RunDir.of(*key, root), settings[key[0]], methods[key[1]], benchmarks) for key in keys}
     step_cost: dict[str, list[float]] = {}  # measured step seconds per local setting, over its runs here
     for (setting, _, _), state in states.items():
         if state.step_s is not None:

@@ -40,27 +40,50 @@ def _finite(value: Any) -> Any:
     return value
 
 
-WANDB_PROJECT = "dppo-bench"  # where either backend's runs log to wandb (verl's trainer.project_name)
-
-
-def run_name(setting, recipe, seed: int) -> str:
-    """A run's name outside its directory: verl's trainer.experiment_name and the wandb run's, on either backend."""
-    return f"{setting.id}__{recipe.id}__seed{seed}"
-
-
 def training_identity(setting, recipe) -> dict[str, str]:
     """What a run's record holds of what it computes: the setting's and the recipe's training identity."""
     return {"setting_sha256": setting.sha256(), "recipe_sha256": recipe.sha256()}
 
 
+RUNS_ROOT = Path("results/runs")  # the pipeline's run directories, relative to its working directory
+PROBES_ROOT = Path("results/probes")  # Fig. 2's mismatch probe records, one per setting
+
+
+def run_name(setting: str, method: str, seed: int) -> str:
+    """``<setting>/<method>/seed<k>``: a run's directory under the runs root, and its name in messages."""
+    return f"{setting}/{method}/seed{seed}"
+
+
+WANDB_PROJECT = "dppo-bench"  # where either backend's runs log to wandb (verl's trainer.project_name)
+
+
+def experiment_name(setting: str, method: str, seed: int) -> str:
+    """A run's name in verl and wandb (trainer.experiment_name, the wandb run's on either backend)."""
+    return f"{setting}__{method}__seed{seed}"
+
+
+def probe_record(setting: str, root: Path = PROBES_ROOT) -> Path:
+    """Where a setting's mismatch probe record goes (one rollout batch, no training)."""
+    return Path(root) / setting / "mismatch.npz"
+
+
 class RunDir:
+    """Every path under one run's directory, and the records in it; the one place that names them."""
+
     def __init__(self, path: Path | str):
         self.path = Path(path)
         self.run_json = self.path / "run.json"
         self.metrics = self.path / "metrics.jsonl"
         self.checkpoints = self.path / "checkpoints"
         self.weights = self.path / "weights"
+        self.validation = self.path / "validation"  # verl's validation dumps, one file per step
+        self.verl_logs = self.path / "verl_logs"  # verl's FileLogger output, one file per attempt
         self.done = self.path / "train.completed"  # the pipeline's marker: written last, by a finished run
+
+    @classmethod
+    def of(cls, setting: str, method: str, seed: int, root: Path | str = RUNS_ROOT) -> RunDir:
+        """The run directory of one (setting, method, seed) under ``root``."""
+        return cls(Path(root) / run_name(setting, method, seed))
 
     def create(self) -> RunDir:
         self.checkpoints.mkdir(parents=True, exist_ok=True)
@@ -170,6 +193,12 @@ class RunDir:
 
     def eval_step_dir(self, benchmark: str, step: int) -> Path:
         return self.eval_dir(benchmark) / f"step{step}"
+
+    def validation_dump(self, step: int) -> Path:
+        return self.validation / f"{step}.jsonl"
+
+    def attempt_log(self, attempt: int) -> Path:
+        return self.verl_logs / f"attempt-{attempt:03d}.jsonl"
 
     def checkpoint_dir(self, step: int) -> Path:
         return self.checkpoints / f"step_{step:06d}"

@@ -135,15 +135,13 @@ def test_a_finished_run_with_a_benchmark_added_is_current_and_only_the_new_evalu
     assert collected.status == "completed" and collected.series["eval/tiny_arith/avg@4"] == {0: 0.25, 3: 0.5, 6: 0.75}
 
 
-def test_an_evaluation_of_another_protocol_is_due_again_and_not_shown_meanwhile(tmp_path, monkeypatch):
+def test_an_evaluation_of_another_protocol_is_due_again_and_not_shown_meanwhile(tmp_path):
     run = finished_run(tmp_path, LOCAL)
     evaluated(run, LOCAL, TINY, {0: 0.25, 3: 0.5, 6: 0.75})
     edited = with_sampling(TINY, temperature=0.7)
-    monkeypatch.setattr("dppo_bench.plan.load_benchmark", lambda b: edited)
-    monkeypatch.setattr("dppo_bench.aggregate.collect.load_benchmark", lambda b: edited)
-    state = run_state(run, LOCAL, RECIPE)
+    state = run_state(run, LOCAL, RECIPE, {"tiny_arith": edited})
     assert (state.status, state.to_evaluate) == ("finished", ("tiny_arith",))  # the training stands
-    collected = read_run(tmp_path, LOCAL, RECIPE, 0, "x", False)
+    collected = read_run(tmp_path, LOCAL, RECIPE, 0, "x", False, {"tiny_arith": edited})
     assert collected.status == "completed" and collected.outdated_evaluations == ["tiny_arith"]
     assert "eval/tiny_arith/avg@4" not in collected.series and collected.series["train/reward_mean"]
 

@@ -11,7 +11,7 @@ from dppo_bench.eval.spec import load_any
 from dppo_bench.eval.step_samples import validated_online
 from dppo_bench.io import CorruptFileError
 from dppo_bench.plan import PROBE_RUNTIME_MIN, on_gpus
-from dppo_bench.rundir import RunDir
+from dppo_bench.rundir import RunDir, probe_record
 from dppo_bench.verify import changed_records
 
 validate(config, "../schemas/config.schema.yaml")
@@ -41,14 +41,14 @@ wildcard_constraints:
 
 
 def run_dir(w):
-    return f"results/runs/{w.setting}/{w.method}/seed{w.seed}"
+    return str(RunDir.of(w.setting, w.method, w.seed).path)
 
 
 def run_targets(setting, method, seed):
     """What one run contributes to an experiment: its training and every benchmark's evaluation (online and
     offline)."""
-    base = f"results/runs/{setting}/{method}/seed{seed}"
-    return [f"{base}/train.completed"] + [f"{base}/eval/{b}/summary.json" for b in SETTINGS[setting].eval.benchmarks]
+    run = RunDir.of(setting, method, seed)
+    return [str(run.done)] + [str(run.eval_dir(b) / "summary.json") for b in SETTINGS[setting].eval.benchmarks]
 
 
 def experiment_inputs(w):
@@ -56,13 +56,13 @@ def experiment_inputs(w):
     damaged scores.json or metrics.jsonl makes the aggregation run again, and verify there names it."""
     experiment = EXPERIMENTS[w.experiment]
     keys = experiment.run_keys(lambda s: SETTINGS[s].seeds)
-    changed = [p for s, m, seed in keys for p in changed_records(f"results/runs/{s}/{m}/seed{seed}")]
-    return [t for key in keys for t in run_targets(*key)] + [probe_record(s) for s in experiment.probes] + changed
+    changed = [p for key in keys for p in changed_records(RunDir.of(*key).path)]
+    return [t for key in keys for t in run_targets(*key)] + [probe_target(s) for s in experiment.probes] + changed
 
 
-def probe_record(setting):
+def probe_target(setting):
     """Fig. 2's mismatch probe of one setting (one rollout batch, no training)."""
-    return f"results/probes/{setting}/mismatch.npz"
+    return str(probe_record(setting))
 
 
 def experiment_targets(ids):

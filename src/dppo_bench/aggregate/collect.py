@@ -12,13 +12,15 @@ missing instead of dropping them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dppo_bench import canonical
 from dppo_bench.config import Experiment, MethodRecipe, Setting
+from dppo_bench.config.runs import setting_benchmarks
 from dppo_bench.eval.protocol import setting_protocol_sha256
-from dppo_bench.eval.spec import load_benchmark
+from dppo_bench.eval.spec import BenchmarkSpec
 from dppo_bench.io import read_json
 from dppo_bench.rundir import SCORES, SUMMARY, RunDir
 from dppo_bench.verify import Damage, verify_run
@@ -43,13 +45,16 @@ class Run:
         return self.status in USABLE
 
 
-def eval_series(run: RunDir, setting: Setting) -> tuple[dict[str, dict[int, float]], list[str]]:
+def eval_series(
+    run: RunDir, setting: Setting, benchmarks: Mapping[str, BenchmarkSpec] | None = None
+) -> tuple[dict[str, dict[int, float]], list[str]]:
     """``eval/<benchmark>/avg@<n>`` per step from the scores.json files of the steps the setting evaluates each
     benchmark at; and the benchmarks left out because their summary.json records another protocol."""
+    benchmarks = benchmarks or setting_benchmarks([setting])
     out: dict[str, dict[int, float]] = {}
     outdated = []
     for benchmark in setting.eval.benchmarks:
-        protocol = setting_protocol_sha256(setting, load_benchmark(benchmark))
+        protocol = setting_protocol_sha256(setting, benchmarks[benchmark])
         if (run.eval_dir(benchmark) / SUMMARY).exists() and not run.evaluation_current(benchmark, protocol):
             outdated.append(benchmark)
             continue
@@ -72,8 +77,16 @@ def train_series(rows: list[dict]) -> dict[str, dict[int, float]]:
     return out
 
 
-def read_run(root: Path, setting: Setting, recipe: MethodRecipe, seed: int, label: str, dashed: bool) -> Run:
-    run_dir = RunDir(root / setting.id / recipe.id / f"seed{seed}")
+def read_run(
+    root: Path,
+    setting: Setting,
+    recipe: MethodRecipe,
+    seed: int,
+    label: str,
+    dashed: bool,
+    benchmarks: Mapping[str, BenchmarkSpec] | None = None,
+) -> Run:
+    run_dir = RunDir.of(setting.id, recipe.id, seed, root)
     run = Run(setting.id, recipe.id, seed, label, dashed, "missing")
     info = run_dir.read_run()
     if not info:
@@ -85,7 +98,7 @@ def read_run(root: Path, setting: Setting, recipe: MethodRecipe, seed: int, labe
     if run.usable:
         run.damage = verify_run(run_dir, deep=False)  # every record read here, before it is read
     if run.usable and not run.damage:
-        evaluations, run.outdated_evaluations = eval_series(run_dir, setting)
+        evaluations, run.outdated_evaluations = eval_series(run_dir, setting, benchmarks)
         run.series = {**train_series(run_dir.read_metrics()), **evaluations}
     return run
 
@@ -94,6 +107,7 @@ def collect(
     experiment: Experiment, settings: dict[str, Setting], methods: dict[str, MethodRecipe], root: Path
 ) -> list[Run]:
     runs = []
+    benchmarks = setting_benchmarks(settings[group.setting] for group in experiment.runs)
     for group in experiment.runs:
         setting = settings[group.setting]
         seeds = experiment.seeds if experiment.seeds is not None else setting.seeds
@@ -101,5 +115,5 @@ def collect(
             recipe = methods[method]
             label = group.label.format(display_name=recipe.display_name, method=method, setting=setting.id)
             for seed in seeds:
-                runs.append(read_run(root, setting, recipe, seed, label, group.dashed))
+                runs.append(read_run(root, setting, recipe, seed, label, group.dashed, benchmarks))
     return runs

@@ -50,7 +50,7 @@ def token_rows(
     for run in runs:
         if not run.usable:
             continue
-        run_dir = RunDir(root / run.setting / run.method / f"seed{run.seed}")
+        run_dir = RunDir.of(run.setting, run.method, run.seed, root)
         records = step_counts(run_dir, table.steps)
         decode: Callable[[int], str] | None = None
         for side in SIDES:

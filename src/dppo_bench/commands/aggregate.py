@@ -13,6 +13,7 @@ from dppo_bench.aggregate.tables import table_rows, to_csv, to_latex, to_markdow
 from dppo_bench.config import find_experiment, find_method, find_setting
 from dppo_bench.errors import UserError
 from dppo_bench.io import CorruptFileError
+from dppo_bench.rundir import run_name
 from dppo_bench.verify import redo, report
 
 
@@ -43,8 +44,8 @@ def aggregate(args: argparse.Namespace) -> int:
     for run in runs:
         if run.outdated_evaluations:
             print(
-                f"  {run.setting}/{run.method}/seed{run.seed}: not shown until evaluated again (their spec or steps "
-                f"changed; snakemake re-evaluates, without retraining): {', '.join(run.outdated_evaluations)}"
+                f"  {run_name(run.setting, run.method, run.seed)}: not shown until evaluated again (their spec or "
+                f"steps changed; snakemake re-evaluates, without retraining): {', '.join(run.outdated_evaluations)}"
             )
     if experiment.masked_tokens is not None:
         return write_token_table(experiment, runs, args.runs, settings, out, args.only)

@@ -9,6 +9,7 @@ from dppo_bench.config import find_setting
 from dppo_bench.eval.data import problems_for
 from dppo_bench.eval.generate import HFBackend, SamplingConfig, VLLMBackend, resolve_model, run_generation
 from dppo_bench.eval.prompts import load_prompt
+from dppo_bench.eval.protocol import sampling_of
 from dppo_bench.eval.spec import load_benchmark
 from dppo_bench.eval.verl_dump import convert_dump
 
@@ -68,13 +69,8 @@ def _max_tokens(spec, args: argparse.Namespace) -> int:
 
 
 def _sampling(spec, args: argparse.Namespace, seed: int | None) -> dict:
-    s = spec.sampling
-    out = {
-        "n": args.n or spec.n,
-        "temperature": s.temperature if args.temperature is None else args.temperature,
-        "top_p": args.top_p or s.top_p,
-        "max_tokens": _max_tokens(spec, args),
-    }
+    flags = {"n": args.n, "temperature": args.temperature, "top_p": args.top_p}
+    out = sampling_of(spec, _max_tokens(spec, args), **flags)
     return out if seed is None else {**out, "seed": seed}
 
 

@@ -18,7 +18,7 @@ from dppo_bench.errors import UserError
 from dppo_bench.eval.pins import check_file
 from dppo_bench.io import file_sha256
 from dppo_bench.provenance import now
-from dppo_bench.rundir import WANDB_PROJECT, RunDir, run_name
+from dppo_bench.rundir import WANDB_PROJECT, RunDir, experiment_name
 from dppo_bench.runlock import run_lock
 
 
@@ -67,7 +67,7 @@ def wandb_run(run_dir, setting, recipe, seed: int):
     return wandb.init(
         project=WANDB_PROJECT,
         group=setting.id,
-        name=run_name(setting, recipe, seed),
+        name=experiment_name(setting.id, recipe.id, seed),
         dir=run_dir.path,
         mode=os.environ.get("WANDB_MODE", "offline"),
         config={"setting": setting.id, "method": recipe.id, "seed": seed, **run_dir.read_run()["hyperparameters"]},

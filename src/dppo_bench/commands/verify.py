@@ -28,7 +28,7 @@ def run_dirs(target: str, root: Path) -> list[Path]:
 
     experiment = find_experiment(target)
     keys = experiment.run_keys(lambda s: find_setting(s).seeds)
-    return [root / setting / method / f"seed{seed}" for setting, method, seed in keys]
+    return [RunDir.of(*key, root).path for key in keys]
 
 
 def verify(args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ Beside :mod:`dppo_bench.config.suite` because it reads the eval specs, which bui
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from dppo_bench.config.loader import locate
@@ -35,6 +35,11 @@ class ResolvedRun:
         return tuple(self.benchmarks[b] for b in self.setting.eval.online)
 
 
+def setting_benchmarks(settings: Iterable[Setting]) -> dict[str, BenchmarkSpec]:
+    """The specs of every benchmark the settings evaluate, each read once (for all the runs of a command)."""
+    return {b: load_benchmark(b) for s in settings for b in s.eval.benchmarks}
+
+
 def resolve_run(setting: Setting | str, recipe: MethodRecipe | str, seed: int) -> ResolvedRun:
     """The run's facts; a setting or recipe given by id is loaded (and, for a setting, checked against its specs).
     Fails now, not mid-run, on a recipe without the setting's hyperparameter profile or on a bad eval spec."""
@@ -46,7 +51,7 @@ def resolve_run(setting: Setting | str, recipe: MethodRecipe | str, seed: int) -
     if isinstance(recipe, str):
         recipe = find_method(recipe)
     recipe.profile(setting.hyperparameter_profile)
-    benchmarks = {b: load_benchmark(b) for b in setting.eval.benchmarks}
+    benchmarks = setting_benchmarks([setting])
     if path is not None:
         check_setting(setting, path, benchmarks)
     train_data = load_any(setting.verl.train_data if setting.verl is not None else TINY_TRAIN_DATA)

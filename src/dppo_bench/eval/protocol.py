@@ -22,10 +22,23 @@ def spec_sha256(spec: BenchmarkSpec) -> str:
     return identity_sha256(spec, SPEC_NOT_PROTOCOL)
 
 
-def sampling_of(spec: BenchmarkSpec, max_tokens: int) -> dict:
-    """The sampling of a run's samples of ``spec`` (``max_tokens``: the run's max response length)."""
+def sampling_of(
+    spec: BenchmarkSpec,
+    max_tokens: int | None,
+    *,
+    n: int | None = None,
+    temperature: float | None = None,
+    top_p: float | None = None,
+) -> dict:
+    """How samples of ``spec`` are drawn: its n, temperature and top_p, each unless given (a command's flag; None
+    means the spec's), and ``max_tokens`` (a run's max response length). The one place sampling is resolved."""
     s = spec.sampling
-    return {"n": spec.n, "temperature": s.temperature, "top_p": s.top_p, "max_tokens": max_tokens}
+    return {
+        "n": spec.n if n is None else n,
+        "temperature": s.temperature if temperature is None else temperature,
+        "top_p": s.top_p if top_p is None else top_p,
+        "max_tokens": max_tokens,
+    }
 
 
 def protocol_sha256(spec: BenchmarkSpec, steps: list[int], max_tokens: int) -> str:

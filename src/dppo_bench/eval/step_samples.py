@@ -29,7 +29,7 @@ from dppo_bench.eval.saved_weights import saved_model
 from dppo_bench.eval.spec import BenchmarkSpec
 from dppo_bench.eval.verl_dump import VERL_VALIDATION, convert_dump
 from dppo_bench.io import CorruptFileError, file_sha256, read_json
-from dppo_bench.rundir import PARTIAL_SAMPLES, SAMPLES, SCORES, RunDir
+from dppo_bench.rundir import PARTIAL_SAMPLES, SAMPLES, SCORES, RunDir, run_name
 
 
 class StepSamples(Protocol):
@@ -127,10 +127,10 @@ class VerlDumpSamples:
 
     def __init__(self, run: RunDir, info: dict, spec: BenchmarkSpec, problems: ProblemSet, sampling: dict):
         self.run, self.spec, self.problems, self.sampling = run, spec, problems, sampling
-        self.name = f"{info['setting']}/{info['method']}/seed{info['seed']}"
+        self.name = run_name(info["setting"], info["method"], info["seed"])
 
     def dump(self, step: int) -> Path:
-        return self.run.path / "validation" / f"{step}.jsonl"
+        return self.run.validation_dump(step)
 
     def scored(self, step: int, step_dir: Path) -> bool:
         """Reused only when computed from samples converted from this very dump: a resumed attempt that validated

@@ -29,6 +29,10 @@ class MismatchTokens:
         """pi / mu of the sampled token."""
         return self.pi / np.maximum(self.mu, np.finfo(np.float32).tiny)
 
+    def probed_with(self, setting) -> bool:
+        """Whether the record is of ``setting`` as it is now (an edited setting makes it stale)."""
+        return self.meta.get("setting_sha256") == setting.sha256()
+
 
 def write_tokens(path: Path, mu, pi, tv, meta: dict) -> None:
     """Write atomically (a killed probe leaves no half file for the pipeline to take as done)."""

@@ -38,7 +38,7 @@ from dppo_bench.errors import UserError
 from dppo_bench.eval import protocol
 from dppo_bench.io import file_sha256
 from dppo_bench.provenance import now
-from dppo_bench.rundir import RunDir
+from dppo_bench.rundir import RunDir, run_name
 from dppo_bench.runlock import run_lock
 from dppo_bench.verl_plugin.patches import PINNED_VERL
 from dppo_bench.verl_plugin.records import MetricMap, apply_attempt
@@ -152,16 +152,12 @@ class VerlRun:
     def seed(self) -> int:
         return self.resolved.seed
 
-    @property
-    def logs(self) -> Path:
-        return self.run_dir.path / "verl_logs"
-
     def paths(self, attempt: int, model: Path | None) -> RunPaths:
         return RunPaths(
             run_dir=self.run_dir.path.resolve(),
             train_file=self.train_data.resolve(),
             val_files=tuple(p.resolve() for p in self.val_data),
-            metrics_log=(self.logs / f"attempt-{attempt:03d}.jsonl").resolve(),
+            metrics_log=self.run_dir.attempt_log(attempt).resolve(),
             model=model,
         )
 
@@ -171,7 +167,7 @@ def _validated_at(run: VerlRun, step: int) -> bool:
     need not validate again before training."""
     wanted = {canonical.eval_metric(b.id, b.n) for b in run.resolved.online}
     row = next((r for r in run.run_dir.read_metrics() if r["step"] == step), {})
-    dump = run.run_dir.path / "validation" / f"{step}.jsonl"
+    dump = run.run_dir.validation_dump(step)
     return wanted <= {k for k, v in row.items() if v is not None} and dump.is_file()
 
 
@@ -319,13 +315,13 @@ def _attempt(run: VerlRun, trainer: Callable[..., tuple[int, dict]], held: ExitS
         cluster={"nodes": v.nodes, "gpus_per_node": v.gpus_per_node, "gpus": v.nodes * v.gpus_per_node},
         attempts=attempts,
     )
-    run.logs.mkdir(exist_ok=True)
+    run.run_dir.verl_logs.mkdir(exist_ok=True)
     paths.metrics_log.write_bytes(b"")  # fresh: verl would truncate it anyway
 
     env = {**run.env, **device_env(s), "VERL_FILE_LOGGER_PATH": str(paths.metrics_log), "PYTHONUNBUFFERED": "1"}
     env["VERL_USE_EXTERNAL_MODULES"] = _with_plugin(run.env.get("VERL_USE_EXTERNAL_MODULES", ""))
     env["WANDB_MODE"] = wandb_mode
-    print(f"attempt {k} of {s.id}/{run.recipe.id}/seed{run.seed}, resuming from step {resumed}", flush=True)
+    print(f"attempt {k} of {run_name(s.id, run.recipe.id, run.seed)}, resuming from step {resumed}", flush=True)
     returncode, where, error = None, {}, None
     try:
         # verl's trainer holds the run's lock too: killed, the launcher leaves no unlocked run while verl writes

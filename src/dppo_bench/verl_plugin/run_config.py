@@ -14,8 +14,9 @@ from pathlib import Path
 from dppo_bench.config import Setting
 from dppo_bench.config.runs import ResolvedRun
 from dppo_bench.errors import UserError
+from dppo_bench.eval.protocol import sampling_of
 from dppo_bench.methods.masked_tokens import RUN_DIR_NAME as MASKED_TOKENS_RUN_DIR
-from dppo_bench.rundir import WANDB_PROJECT, run_name
+from dppo_bench.rundir import WANDB_PROJECT, RunDir, experiment_name
 from dppo_bench.verl_plugin.hyperparameters import RAY_ENV_VARS
 from dppo_bench.verl_plugin.overrides import ACTOR, method_overrides
 
@@ -49,11 +50,11 @@ class RunPaths:
 
     @property
     def checkpoints(self) -> Path:
-        return self.run_dir / "checkpoints"
+        return RunDir(self.run_dir).checkpoints
 
     @property
     def validation(self) -> Path:
-        return self.run_dir / "validation"
+        return RunDir(self.run_dir).validation
 
 
 def val_sampling(benchmarks: list) -> dict:
@@ -61,15 +62,14 @@ def val_sampling(benchmarks: list) -> dict:
     samples otherwise is scored offline: the setting's eval.offline). The benchmarks' max_tokens is not among them:
     verl 0.9.1's val_kwargs (SamplingConfig) has no length, so online validation generates at most
     rollout.response_length, the setting's max_response_length (as :func:`dppo_bench.eval.protocol.sampling_of`)."""
-    sampling = {(b.n, b.sampling.temperature, b.sampling.top_p) for b in benchmarks}
+    sampling = {tuple(sampling_of(b, max_tokens=None).items()) for b in benchmarks}
     if len(sampling) != 1:
         ids = ", ".join(b.id for b in benchmarks)
         raise UserError(
             f"online benchmarks {ids} sample differently, and verl validates all of them with one val_kwargs: "
             "list all but one set of them under eval.offline"
         )
-    n, temperature, top_p = sampling.pop()
-    return {"n": n, "temperature": temperature, "top_p": top_p}
+    return {k: v for k, v in sampling.pop() if k != "max_tokens"}
 
 
 def run_overrides(
@@ -166,7 +166,7 @@ def run_overrides(
         f"trainer.validation_data_dir={paths.validation}",
         f"trainer.logger={loggers}",
         f"trainer.project_name={WANDB_PROJECT}",
-        f"trainer.experiment_name={run_name(setting, recipe, seed)}",
+        f"trainer.experiment_name={experiment_name(setting.id, recipe.id, seed)}",
         f"trainer.nnodes={v.nodes}",
         # Hydra's record of the composed config beside the attempt's log, not in the directory verl was started from
         f"hydra.run.dir={paths.metrics_log.with_suffix('.hydra')}",
