@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from dppo_bench.config import find_method, load_methods
+from dppo_bench.config import find_method, find_setting, load_methods
+from dppo_bench.config.runs import resolve_run
+from dppo_bench.errors import UserError
 from dppo_bench.methods import mask_names
 from dppo_bench.verl_plugin.overrides import method_overrides
 
@@ -55,20 +58,17 @@ def check_verl(args: argparse.Namespace) -> int:
 
 
 def check_config(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from dppo_bench.config import find_setting, load_methods
-    from dppo_bench.config.runs import resolve_run
+    # heavy: verl's Hydra config and the run config (torch), for this command only
     from dppo_bench.verl_plugin.compose import compose_ppo_config, validate
     from dppo_bench.verl_plugin.run_config import RunPaths, run_overrides
 
     setting = find_setting(args.setting)
     if setting.backend != "verl":
-        raise ValueError(f"setting {setting.id!r} trains with the local backend: it has no verl config to check")
+        raise UserError(f"setting {setting.id!r} trains with the local backend: it has no verl config to check")
     recipes = load_methods()
     unknown = sorted(set(args.methods) - set(recipes))
     if unknown:
-        raise ValueError(f"no method recipe {', '.join(unknown)} (known: {', '.join(recipes)})")
+        raise UserError(f"no method recipe {', '.join(unknown)} (known: {', '.join(recipes)})")
     # placeholder paths: what is checked is the config, not the files (the launcher checks those when it starts)
     paths = RunPaths(
         run_dir=Path("/run"),
