@@ -19,6 +19,7 @@ from dppo_bench.config import Experiment, MethodRecipe, Setting
 from dppo_bench.config.runs import setting_benchmarks
 from dppo_bench.config.specs import BenchmarkSpec
 from dppo_bench.eval.protocol import setting_protocol_sha256
+from dppo_bench.probe.tokens import read_tokens
 from dppo_bench.rundir import RunDir, probe_record
 
 PROBE = "(mismatch probe)"
@@ -76,7 +77,6 @@ def probe_state(path: Path, setting: Setting) -> RunState:
     """A mismatch probe record: finished, stale (made for another version of the setting) or missing."""
     if not path.is_file():
         return RunState("missing")
-    from dppo_bench.probe.tokens import read_tokens
 
     return RunState("finished" if read_tokens(path).probed_with(setting) else "stale")
 
@@ -116,7 +116,6 @@ def plan(
     probes_root: Path = Path("results/probes"),
 ) -> list[PlannedRun]:
     """Every run (or probe) of ``experiment`` with its cost and what exists of it under ``root`` (results/runs)."""
-
     probes = [
         PlannedRun(
             settings[s], PROBE, 0, probe_state(probe_record(s, probes_root), settings[s]), None, PROBE_RUNTIME_MIN

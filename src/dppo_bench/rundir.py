@@ -24,7 +24,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from dppo_bench.errors import UserError
 from dppo_bench.io import CorruptFileError, atomic_write_text, file_sha256, naming, read_json, read_jsonl
+from dppo_bench.provenance import now, provenance
 
 # The files of one evaluated step, eval/<benchmark>/step<N>/: samples appear whole (generated or converted into the
 # partial file, then renamed), scores.json is written last
@@ -50,6 +52,14 @@ PROBES_ROOT = Path("results/probes")  # Fig. 2's mismatch probe records, one per
 def run_name(setting: str, method: str, seed: int) -> str:
     """``<setting>/<method>/seed<k>``: a run's directory under the runs root, and its name in messages."""
     return f"{setting}/{method}/seed{seed}"
+
+
+WANDB_PROJECT = "dppo-bench"  # where either backend's runs log to wandb (verl's trainer.project_name)
+
+
+def experiment_name(setting: str, method: str, seed: int) -> str:
+    """A run's name in verl and wandb (trainer.experiment_name, the wandb run's on either backend)."""
+    return f"{setting}__{method}__seed{seed}"
 
 
 def probe_record(setting: str, root: Path = PROBES_ROOT) -> Path:
@@ -97,8 +107,6 @@ class RunDir:
 
     def start(self, setting, recipe, seed: int, inputs: dict) -> dict:
         """run.json at start; a rerun must be the same run (same recipe, setting and seed) to resume it."""
-        from dppo_bench.provenance import now, provenance
-
         identity = {
             "setting": setting.id,
             "method": recipe.id,
@@ -110,9 +118,7 @@ class RunDir:
         if old:
             clash = {k: (old.get(k), v) for k, v in identity.items() if old.get(k) != v}
             if clash:
-                raise ValueError(
-                    f"{self.run_json}: holds a different run ({clash}); refusing to resume or overwrite it"
-                )
+                raise UserError(f"{self.run_json}: holds a different run ({clash}); refusing to resume or overwrite it")
         return self.update_run(
             **identity,
             hyperparameters=recipe.profile(setting.hyperparameter_profile).values(),

@@ -8,7 +8,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "src" / "dppo_bench"
 
 # Lowest first. Within a layer, imports may go either way unless they close a cycle.
 LAYERS = [
-    {"canonical", "io"},
+    {"canonical", "io", "errors"},
     {"divergence", "topk", "mismatch"},
     {"methods"},
     {"config"},

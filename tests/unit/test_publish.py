@@ -1,7 +1,6 @@
 """`dppo-bench publish`: a documentation page made from an experiment's aggregated table, its figure and the
 records of the runs behind them, never typed in."""
 
-
 from dppo_bench.cli import main
 from dppo_bench.rundir import RunDir
 

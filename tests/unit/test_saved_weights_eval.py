@@ -95,7 +95,7 @@ def test_an_online_benchmark_edited_after_the_run_is_scored_from_the_weights_rep
     run, problems = verl_run
     evaluate_run(run.path, "tiny_arith", [0, 4], problems)  # from the dumps, as validated
     edited = TINY.model_copy(update={"sampling": TINY.sampling.model_copy(update={"temperature": 0.9})})
-    monkeypatch.setattr("dppo_bench.config.specs.load_benchmark", lambda b, *a: edited if b == "tiny_arith" else TINY)
+    monkeypatch.setattr("dppo_bench.eval.run_eval.load_benchmark", lambda b, *a: edited if b == "tiny_arith" else TINY)
     summary = evaluate_run(run.path, "tiny_arith", [0, 4], problems)
     assert summary["source"] == "saved weights"  # the dumps were sampled at 0.6; the dumps themselves stay
     header = read_samples(run.eval_step_dir("tiny_arith", 4) / "samples.jsonl.gz").header

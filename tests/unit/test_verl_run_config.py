@@ -134,3 +134,12 @@ TOPK_PROFILES = {"sanity", "scaling"}  # the profiles the Top-K recipes have
 def test_topk_runs_keep_the_settings_k(setting):
     overrides = run_overrides(resolve_run(SETTINGS[setting], find_method("dppo_topk_tv"), 0), PATHS)
     assert f"++actor_rollout_ref.rollout.custom.dppo_topk_k={SETTINGS[setting].verl.topk}" in overrides
+
+
+@pytest.mark.parametrize("method", ["dppo_topk_tv", "dppo_binary_tv"])
+def test_each_override_is_given_once(method):
+    """The v1 trainer is what the whole run needs and what a Top-K method needs: one override says it."""
+    setting = next(s for s in SETTINGS.values() if s.backend == "verl" and s.hyperparameter_profile in TOPK_PROFILES)
+    overrides = run_overrides(resolve_run(setting, find_method(method), 0), PATHS)
+    assert overrides.count("trainer.use_v1=True") == 1
+    assert len(overrides) == len(set(overrides))

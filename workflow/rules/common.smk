@@ -7,6 +7,7 @@ from snakemake.utils import validate
 from dppo_bench import config as dc
 from dppo_bench.config.suite import load_suite
 from dppo_bench.eval.protocol import setting_protocol_sha256
+from dppo_bench.config.specs import load_any
 from dppo_bench.eval.step_samples import validated_online
 from dppo_bench.io import CorruptFileError
 from dppo_bench.plan import PROBE_RUNTIME_MIN, on_gpus
@@ -260,11 +261,15 @@ def generated(path):
 
 def dataset_source(w):
     """The local file a dataset is prepared from, when the pipeline generates it (the tiny task's splits)."""
-    from dppo_bench.config.specs import load_any
-
     spec = load_any(w.dataset)
     local = spec.sources.local
     return generated(local.path) if local is not None and spec.default_source() == "local" else []
+
+
+def source_option(w, input):
+    """``data prepare``'s --source: the generated file of :func:`dataset_source`, read from this directory; none for
+    a dataset from the hub or the shared data."""
+    return f"--source {input[0]}" if input else ""
 
 
 def verl_model(w):

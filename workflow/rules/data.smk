@@ -46,7 +46,7 @@ rule prepare_data:
         "logs/prepare_data/{dataset}.log",
     params:
         out=subpath(output.parquet, parent=True),
-        source=lambda w, input: f"--source {input[0]}" if input else "",  # a generated file, from this directory
+        source=source_option,
     wildcard_constraints:
         dataset="[a-z0-9_]+",
     localrule: True  # reads the Hugging Face hub: on the submit host, where clusters have internet

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
+from dppo_bench.aggregate.figures import save_figure
 from dppo_bench.aggregate.tables import write_tables
-from dppo_bench.config import Experiment
+from dppo_bench.config import Experiment, find_setting
+from dppo_bench.errors import UserError
 from dppo_bench.probe.tokens import MismatchTokens, read_tokens
 from dppo_bench.rundir import probe_record
 
@@ -128,21 +130,15 @@ def draw(experiment: Experiment, records: dict[str, MismatchTokens]):
 
 def aggregate_probes(experiment: Experiment, root: Path, out: Path, only: str | None) -> None:
     """Tables and figure of a probe experiment from the records under ``root`` (results/probes)."""
-    from dppo_bench.config import find_setting
-
     records = {s: read_tokens(probe_record(s, root)) for s in experiment.probes}
     for setting, tokens in records.items():
         if not tokens.probed_with(find_setting(setting)):
-            raise ValueError(
-                f"{probe_record(setting, root)}: probed with another version of setting {setting!r}; rerun"
-            )
+            raise UserError(f"{probe_record(setting, root)}: probed with another version of setting {setting!r}; rerun")
     if only != "figure":
         rows = table_rows(records)
         write_tables(out, to_markdown(experiment, records, rows), to_csv(rows), to_latex(rows))
     if only != "table":
         import matplotlib.pyplot as plt
-
-        from dppo_bench.aggregate.figures import save_figure
 
         fig = draw(experiment, records)
         save_figure(fig, out / "figure")

@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from dppo_bench.config import find_setting
+from dppo_bench.config.specs import load_benchmark
+from dppo_bench.eval.data import problems_for
+from dppo_bench.eval.generate import HFBackend, SamplingConfig, VLLMBackend, resolve_model, run_generation
+from dppo_bench.eval.prompts import load_prompt
 from dppo_bench.eval.protocol import sampling_of
+from dppo_bench.eval.verl_dump import convert_dump
 
 
 def _sampling_args(p: argparse.ArgumentParser) -> None:
@@ -58,8 +64,6 @@ def _max_tokens(spec, args: argparse.Namespace) -> int:
     if args.max_tokens:
         return args.max_tokens
     if args.setting:
-        from dppo_bench.config import find_setting
-
         return find_setting(args.setting).train.max_response_length
     return spec.sampling.max_tokens
 
@@ -72,11 +76,6 @@ def _sampling(spec, args: argparse.Namespace, seed: int | None) -> dict:
 
 def generate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
-
-    from dppo_bench.config.specs import load_benchmark
-    from dppo_bench.eval.data import problems_for
-    from dppo_bench.eval.generate import HFBackend, SamplingConfig, VLLMBackend, resolve_model, run_generation
-    from dppo_bench.eval.prompts import load_prompt
 
     spec = load_benchmark(args.benchmark)
     problems = problems_for(spec, args.data)
@@ -113,10 +112,6 @@ def generate(args: argparse.Namespace) -> int:
 
 
 def convert(args: argparse.Namespace) -> int:
-    from dppo_bench.config.specs import load_benchmark
-    from dppo_bench.eval.data import problems_for
-    from dppo_bench.eval.verl_dump import convert_dump
-
     spec = load_benchmark(args.benchmark)
     problems = problems_for(spec, args.data)
     summary = convert_dump(

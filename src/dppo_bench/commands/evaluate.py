@@ -12,6 +12,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from dppo_bench.eval.run_eval import evaluate_run
+from dppo_bench.io import atomic_write_json
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("evaluate", help="score steps of a run (from verl's dumps or its saved weights)")
@@ -33,9 +36,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def evaluate(args: argparse.Namespace) -> int:
-    from dppo_bench.eval.run_eval import evaluate_run
-    from dppo_bench.io import atomic_write_json
-
     steps = [int(x) for x in args.steps.split(",") if x]
     summary = evaluate_run(
         args.run_dir,

@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from dppo_bench.config import EXPERIMENTS_DIR, find_setting, load_experiment
+from dppo_bench.io import atomic_write_text
+from dppo_bench.plan import experiment_gpu_hours, on_gpus
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("experiments", help="the paper items this suite reproduces")
@@ -22,9 +26,6 @@ def settings_of(experiment) -> list[str]:
 
 def needs_gpus(experiment) -> bool:
     """Whether any setting it trains or probes runs on GPUs (verl.device: cpu settings do not)."""
-    from dppo_bench.config import find_setting
-    from dppo_bench.plan import on_gpus
-
     return any(on_gpus(find_setting(s)) for s in settings_of(experiment))
 
 
@@ -37,9 +38,6 @@ def run_command(experiment) -> str:
 
 def budget(experiment) -> str:
     """GPU-hours the experiment's GPU runs may hold (nodes x GPUs x run-time limit); "CPU" when none needs GPUs."""
-    from dppo_bench.config import find_setting
-    from dppo_bench.plan import experiment_gpu_hours
-
     if not needs_gpus(experiment):
         return "CPU"
     settings = {s: find_setting(s) for s in settings_of(experiment)}
@@ -47,8 +45,6 @@ def budget(experiment) -> str:
 
 
 def render_index() -> str:
-    from dppo_bench.config import EXPERIMENTS_DIR, find_setting, load_experiment
-
     lines = [
         "# Experiments",
         "",
@@ -83,8 +79,6 @@ def render_index() -> str:
 
 
 def list_experiments(args: argparse.Namespace) -> int:
-    from dppo_bench.config import EXPERIMENTS_DIR, load_experiment
-
     for path in sorted(EXPERIMENTS_DIR.glob("*.yaml")):
         e = load_experiment(path)
         print(f"{e.id:32s} {e.paper_item:34s} {e.title}")
@@ -92,9 +86,6 @@ def list_experiments(args: argparse.Namespace) -> int:
 
 
 def write_readme(args: argparse.Namespace) -> int:
-    from dppo_bench.config import EXPERIMENTS_DIR
-    from dppo_bench.io import atomic_write_text
-
     out = args.out or EXPERIMENTS_DIR / "README.md"
     atomic_write_text(out, render_index())
     print(f"wrote {out}")

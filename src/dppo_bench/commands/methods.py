@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+from dppo_bench.config import find_method, find_setting, load_methods
+from dppo_bench.config.runs import resolve_run
+from dppo_bench.errors import UserError
+from dppo_bench.methods import mask_names
+from dppo_bench.verl_plugin.overrides import method_overrides
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,8 +35,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def list_methods(args: argparse.Namespace) -> int:
-    from dppo_bench.config import load_methods
-
     for rid, recipe in load_methods().items():
         profiles = ", ".join(f"{name} {recipe.profile(name).values()}" for name in recipe.hyperparameters)
         kind = f"mask={recipe.mask}" if recipe.rule is not None else f"verl_loss={recipe.verl_loss}"
@@ -38,9 +43,6 @@ def list_methods(args: argparse.Namespace) -> int:
 
 
 def show_overrides(args: argparse.Namespace) -> int:
-    from dppo_bench.config import find_method
-    from dppo_bench.verl_plugin.overrides import method_overrides
-
     print("\n".join(method_overrides(find_method(args.method), args.profile)))
     return 0
 
@@ -48,8 +50,7 @@ def show_overrides(args: argparse.Namespace) -> int:
 def check_verl(args: argparse.Namespace) -> int:
     import verl  # noqa: F401  (loads the verl.plugins entry point)
 
-    from dppo_bench.methods import mask_names
-    from dppo_bench.verl_plugin.entry import ensure_registered
+    from dppo_bench.verl_plugin.entry import ensure_registered  # heavy: verl and torch, for this command only
 
     ensure_registered()
     print(f"verl {verl.__version__}: {len(mask_names())} dppo-bench loss modes registered: {', '.join(mask_names())}")
@@ -57,20 +58,17 @@ def check_verl(args: argparse.Namespace) -> int:
 
 
 def check_config(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from dppo_bench.config import find_setting, load_methods
-    from dppo_bench.config.runs import resolve_run
+    # heavy: verl's Hydra config and the run config (torch), for this command only
     from dppo_bench.verl_plugin.compose import compose_ppo_config, validate
     from dppo_bench.verl_plugin.run_config import RunPaths, run_overrides
 
     setting = find_setting(args.setting)
     if setting.backend != "verl":
-        raise ValueError(f"setting {setting.id!r} trains with the local backend: it has no verl config to check")
+        raise UserError(f"setting {setting.id!r} trains with the local backend: it has no verl config to check")
     recipes = load_methods()
     unknown = sorted(set(args.methods) - set(recipes))
     if unknown:
-        raise ValueError(f"no method recipe {', '.join(unknown)} (known: {', '.join(recipes)})")
+        raise UserError(f"no method recipe {', '.join(unknown)} (known: {', '.join(recipes)})")
     # placeholder paths: what is checked is the config, not the files (the launcher checks those when it starts)
     paths = RunPaths(
         run_dir=Path("/run"),

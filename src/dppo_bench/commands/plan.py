@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from dppo_bench.config import find_experiment, find_method, find_setting
+from dppo_bench.plan import on_gpus, plan
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("plan", help="what an experiment costs (GPU-hours, CPU-minutes) and what is done")
@@ -24,8 +27,6 @@ def _state(run) -> str:
 
 
 def render(experiment, runs) -> str:
-    from dppo_bench.plan import on_gpus
-
     lines = [
         f"{experiment.id}: {experiment.title} [{experiment.paper_item}]",
         "",
@@ -59,9 +60,6 @@ def render(experiment, runs) -> str:
 
 
 def show_plan(args: argparse.Namespace) -> int:
-    from dppo_bench.config import find_experiment, find_method, find_setting
-    from dppo_bench.plan import plan
-
     experiment = find_experiment(args.experiment)
     settings = {s: find_setting(s) for s in [*(g.setting for g in experiment.runs), *experiment.probes]}
     methods = {m: find_method(m) for g in experiment.runs for m in g.methods}

@@ -13,7 +13,13 @@ import sys
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+from dppo_bench.config.runs import resolve_run
+from dppo_bench.errors import UserError
+from dppo_bench.eval.pins import check_file
 from dppo_bench.io import file_sha256
+from dppo_bench.provenance import now
+from dppo_bench.rundir import WANDB_PROJECT, RunDir, experiment_name
+from dppo_bench.runlock import run_lock
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -59,9 +65,9 @@ def wandb_run(run_dir, setting, recipe, seed: int):
     import wandb
 
     return wandb.init(
-        project="dppo-bench",
+        project=WANDB_PROJECT,
         group=setting.id,
-        name=f"{setting.id}__{recipe.id}__seed{seed}",
+        name=experiment_name(setting.id, recipe.id, seed),
         dir=run_dir.path,
         mode=os.environ.get("WANDB_MODE", "offline"),
         config={"setting": setting.id, "method": recipe.id, "seed": seed, **run_dir.read_run()["hyperparameters"]},
@@ -79,10 +85,6 @@ def log_rows_to(run):
 
 
 def train(args: argparse.Namespace) -> int:
-    from dppo_bench.config.runs import resolve_run
-    from dppo_bench.eval.pins import check_file
-    from dppo_bench.runlock import run_lock
-
     # fails now, not mid-run or after training, on a missing profile or a bad (or unevaluable) eval spec
     run = resolve_run(args.setting, args.method, args.seed)
     val_data = [p for arg in args.val_data for p in arg.split(",") if p]
@@ -91,7 +93,7 @@ def train(args: argparse.Namespace) -> int:
     if run.setting.backend == "verl":
         return train_verl(args, run)
     if args.base_model is None or args.train_data is None:
-        raise ValueError("a local-backend run needs --base-model and --train-data")
+        raise UserError("a local-backend run needs --base-model and --train-data")
     with run_lock(args.out), terminate_as_exit():
         return train_local(args, run)
 
@@ -112,9 +114,7 @@ def terminate_as_exit():
 
 
 def train_local(args: argparse.Namespace, resolved) -> int:
-    from dppo_bench.local.trainer import LocalRun, LocalTrainer
-    from dppo_bench.provenance import now
-    from dppo_bench.rundir import RunDir
+    from dppo_bench.local.trainer import LocalRun, LocalTrainer  # heavy: torch and verl, for this backend only
 
     setting, recipe = resolved.setting, resolved.recipe
     run_dir = RunDir(args.out).create()
@@ -145,11 +145,10 @@ def train_local(args: argparse.Namespace, resolved) -> int:
 
 
 def train_verl(args: argparse.Namespace, resolved) -> int:
-    from dppo_bench.rundir import RunDir
-    from dppo_bench.verl_plugin.launch import VerlRun, launch, parse_command
+    from dppo_bench.verl_plugin.launch import VerlRun, launch, parse_command  # heavy: torch, for this backend only
 
     if args.train_data is None or not args.val_data:
-        raise ValueError(
+        raise UserError(
             "a verl-backend run needs --train-data (parquet) and --val-data (one parquet per online benchmark)"
         )
     run = VerlRun(

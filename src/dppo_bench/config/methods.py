@@ -2,7 +2,8 @@
 and its hyperparameter profiles, checked against the rule's or mode's own declaration of its hyperparameters.
 
 Rules of the suite are registered by :mod:`dppo_bench.methods`; a user's rules are the modules in
-``<config root>/recipes/rules/``, imported before any recipe is validated.
+``<config root>/recipes/rules/``, imported before any recipe is validated. A recipe may ``extends: <id>`` another
+and give only what it changes (a sweep's value), as a setting does; its identity is that of the resolved recipe.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from typing import Any, Literal
 from pydantic import Field, PrivateAttr, model_validator
 
 from dppo_bench.config.identity import canonical_sha256
-from dppo_bench.config.loader import entry_paths, load_model, locate
+from dppo_bench.config.loader import entry_paths, extended_data, load_model, locate
 from dppo_bench.config.roots import METHODS_DIR, RULES_DIR
 from dppo_bench.config.yaml_io import FieldError, Id, Strict
+from dppo_bench.errors import UnknownNameError
 from dppo_bench.methods import HyperparameterError, MaskRule, Values, get_mask, load_rule_files, mask_names
 from dppo_bench.methods.verl_losses import VERL_LOSSES, VerlLoss
 
@@ -96,7 +98,9 @@ class MethodRecipe(Strict):
             return self._profiles[name]
         except KeyError:
             have = sorted(self.hyperparameters)
-            raise KeyError(f"method {self.id!r} has no hyperparameter profile {name!r}; it has {have}") from None
+            raise UnknownNameError(
+                f"method {self.id!r} has no hyperparameter profile {name!r}; it has {have}"
+            ) from None
 
     def sha256(self) -> str:
         """The recipe's part of a run's identity: what it computes (its rule or mode, anchor and every profile's
@@ -111,8 +115,14 @@ class MethodRecipe(Strict):
                                  "hyperparameters": profiles})  # fmt: skip
 
 
+def method_data(path: Path) -> dict:
+    """A recipe's yaml with ``extends: <parent id>`` resolved (a sweep's recipe: its base with the values it
+    changes), as a setting's is."""
+    return extended_data("method", path)
+
+
 def load_method(path: Path) -> MethodRecipe:
-    return load_model(MethodRecipe, path)
+    return load_model(MethodRecipe, path, method_data(path))
 
 
 def find_method(method_id: str, methods_dir: Path = METHODS_DIR) -> MethodRecipe:

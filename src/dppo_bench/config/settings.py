@@ -8,9 +8,10 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from dppo_bench.config.identity import identity_sha256
-from dppo_bench.config.loader import entry_paths, load_model, locate, refuse_id, require
+from dppo_bench.config.loader import entry_paths, extended_data, load_model, locate, require
 from dppo_bench.config.roots import EVAL_DIR, SETTINGS_DIR
-from dppo_bench.config.yaml_io import ConfigError, FieldError, Id, Strict, read_yaml
+from dppo_bench.config.yaml_io import FieldError, Id, Strict, read_yaml
+from dppo_bench.errors import UserError
 
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0.0)]
@@ -225,7 +226,7 @@ class Setting(Strict):
         if benchmark in self.eval.online:
             return steps
         if benchmark not in self.eval.offline:
-            raise ValueError(f"setting {self.id!r} does not evaluate {benchmark!r}")
+            raise UserError(f"setting {self.id!r} does not evaluate {benchmark!r}")
         return [s for s in steps if s % self.train.save_every == 0]
 
     @property
@@ -235,23 +236,9 @@ class Setting(Strict):
         return self.train.max_response_length if self.loss_agg_mode == "seq-mean-token-sum-norm" else None
 
 
-def _deep_merge(base: dict, over: dict) -> dict:
-    out = dict(base)
-    for key, value in over.items():
-        out[key] = _deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
-
-
-def setting_data(path: Path, _seen: tuple[Path, ...] = ()) -> dict:
+def setting_data(path: Path) -> dict:
     """A setting's yaml with ``extends: <parent id>`` resolved: the parent's values, overridden key by key."""
-    data = refuse_id(path, read_yaml(path))
-    parent = data.pop("extends", None)
-    if parent is None:
-        return data
-    parent_path = path.parent / f"{parent}.yaml"
-    if not parent_path.is_file() or parent_path in _seen:
-        raise ConfigError(path, "extends", f"no setting {parent!r} to extend" if not parent_path.is_file() else "cycle")
-    return _deep_merge(setting_data(parent_path, (*_seen, path)), data)
+    return extended_data("setting", path)
 
 
 def load_setting(path: Path, eval_dir: Path = EVAL_DIR) -> Setting:

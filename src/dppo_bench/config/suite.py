@@ -17,6 +17,7 @@ from dppo_bench.config.methods import MethodRecipe, load_methods
 from dppo_bench.config.settings import Setting, load_setting, setting_paths
 from dppo_bench.config.specs import BenchmarkSpec, load_benchmarks
 from dppo_bench.config.yaml_io import ConfigError
+from dppo_bench.eval.pins import check_present_sources, dataset_specs
 
 
 @dataclass(frozen=True)
@@ -69,8 +70,6 @@ def load_suite() -> Suite:
     """Every experiment, setting, method recipe and eval spec of the roots, each valid on its own and all
     consistent (every run of every experiment has its hyperparameter profile too); every spec's local source that is
     present normalizes to the sha256 the spec pins."""
-    from dppo_bench.eval.pins import check_present_sources, dataset_specs
-
     benchmarks = load_benchmarks()
     check_present_sources([*benchmarks.values(), *dataset_specs()])
     settings = {}

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from dppo_bench.config import canonical_sha256
+from dppo_bench.errors import UserError
 from dppo_bench.eval.data import Problem
 from dppo_bench.eval.prompts import PromptTemplate, render_chat
 from dppo_bench.eval.samples import SamplesError, SamplesWriter
@@ -107,7 +108,7 @@ def resolve_model(given: str, merge: Callable[[Path, Path, str], None] | None = 
     # HF weights verl wrote itself: FSDP with hf_model in checkpoint.save_contents, Megatron's model with mbridge
     for hf in (actor / "huggingface", actor / "model" / "huggingface"):
         if (hf / "adapter").is_dir():  # Megatron LoRA: the base model's weights, the trained adapter beside them
-            raise ValueError(f"{hf / 'adapter'}: a LoRA adapter; generating from a LoRA checkpoint is not supported")
+            raise UserError(f"{hf / 'adapter'}: a LoRA adapter; generating from a LoRA checkpoint is not supported")
         if hf.is_dir() and _has_weights(hf):
             return ResolvedModel(str(hf), given, "verl", model_fingerprint(hf))
     merged = actor / "huggingface_merged"

@@ -12,9 +12,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dppo_bench.config.specs import load_benchmark
+from dppo_bench.eval.data import problems_for
+from dppo_bench.eval.grading import GradingPool
 from dppo_bench.eval.protocol import protocol_sha256
+from dppo_bench.eval.samples import read_samples
 from dppo_bench.eval.saved_weights import NotSaved
+from dppo_bench.eval.score import score_samples, write_scores
 from dppo_bench.eval.step_samples import StepSamples, VerlDumpSamples, max_response_length, samples_source
+from dppo_bench.io import file_sha256, read_json
+from dppo_bench.rundir import SAMPLES, SCORES, RunDir
+from dppo_bench.runlock import run_lock
 
 
 def evaluate_run(
@@ -32,13 +40,6 @@ def evaluate_run(
     the benchmark's own source); ``engine`` generates from saved weights ("hf" or "vllm"); ``threads`` are the job's
     cores (generation's torch threads, the verifier's workers); ``seed`` seeds generation and the bootstrap
     confidence interval."""
-    from dppo_bench.config.specs import load_benchmark
-    from dppo_bench.eval.data import problems_for
-    from dppo_bench.eval.grading import GradingPool
-    from dppo_bench.io import file_sha256
-    from dppo_bench.rundir import SCORES, RunDir
-    from dppo_bench.runlock import run_lock
-
     spec = load_benchmark(benchmark)
     problems = problems_for(spec, data)
     run = RunDir(run_path)
@@ -80,11 +81,6 @@ def evaluate_run(
 
 def score_step(source: StepSamples, step: int, step_dir: Path, spec, problems, pool, seed: int) -> float:
     """The step's avg@n: from its scores.json when the source says they are current, else its samples scored now."""
-    from dppo_bench.eval.samples import read_samples
-    from dppo_bench.eval.score import score_samples, write_scores
-    from dppo_bench.io import read_json
-    from dppo_bench.rundir import SAMPLES, SCORES
-
     scores_path = step_dir / SCORES
     if not source.scored(step, step_dir):
         samples = step_dir / SAMPLES

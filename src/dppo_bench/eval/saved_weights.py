@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dppo_bench.errors import UserError
 from dppo_bench.io import verify_checksums
 from dppo_bench.rundir import RunDir
 
@@ -32,7 +33,7 @@ def saved_model(run: RunDir, info: dict, step: int) -> str:
         verify_checksums(checkpoint)
         return str(checkpoint)
     if backend != "verl":
-        raise ValueError(f"{run.run_json}: field 'backend': expected 'local' or 'verl', got {backend!r}")
+        raise UserError(f"{run.run_json}: field 'backend': expected 'local' or 'verl', got {backend!r}")
     if step == 0:
         return base_model(run, info)
     for directory in (run.weights_dir(step), run.checkpoints / f"global_step_{step}"):
@@ -46,7 +47,7 @@ def base_model(run: RunDir, info: dict) -> str:
     directory it names, or an unpinned hub id."""
     model = info.get("model")
     if not isinstance(model, dict) or not isinstance(model.get("path"), str):
-        raise ValueError(f"{run.run_json}: field 'model': no record of the base model this run started from")
+        raise UserError(f"{run.run_json}: field 'model': no record of the base model this run started from")
     if model.get("snapshot"):
         return str(model["snapshot"])
     if model.get("local") and not Path(model["path"]).is_dir():

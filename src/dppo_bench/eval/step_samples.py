@@ -20,10 +20,14 @@ from pathlib import Path
 from typing import Protocol
 
 from dppo_bench.config.specs import BenchmarkSpec
+from dppo_bench.errors import UserError
 from dppo_bench.eval.data import ProblemSet
+from dppo_bench.eval.generate import HFBackend, SamplingConfig, VLLMBackend, resolve_model, run_generation
+from dppo_bench.eval.prompts import load_prompt
 from dppo_bench.eval.protocol import sampling_of, spec_sha256
+from dppo_bench.eval.samples import SamplesError, read_samples
 from dppo_bench.eval.saved_weights import saved_model
-from dppo_bench.eval.verl_dump import VERL_VALIDATION
+from dppo_bench.eval.verl_dump import VERL_VALIDATION, convert_dump
 from dppo_bench.io import CorruptFileError, file_sha256, read_json
 from dppo_bench.rundir import PARTIAL_SAMPLES, SAMPLES, SCORES, RunDir, run_name
 
@@ -53,8 +57,6 @@ class GeneratedSamples:
         threads: int,
         batch_size: int,
     ):
-        from dppo_bench.eval.generate import SamplingConfig
-
         self.run, self.info, self.spec, self.problems = run, info, spec, problems
         self.sampling = SamplingConfig(**sampling, seed=seed)
         self.engine, self.threads, self.batch_size = engine, threads, batch_size
@@ -72,16 +74,13 @@ class GeneratedSamples:
             return False
         recorded = scores.get("sampling")
         if recorded != asdict(self.sampling):
-            raise ValueError(
+            raise UserError(
                 f"{step_dir / SCORES}: scored with sampling {recorded}, but {self.spec.id} now asks for "
                 f"{asdict(self.sampling)}; move {step_dir.parent} away to evaluate again"
             )
         return scores_match(scores, step_dir / SAMPLES)
 
     def write(self, step: int, samples: Path) -> None:
-        from dppo_bench.eval.generate import resolve_model, run_generation
-        from dppo_bench.eval.prompts import load_prompt
-
         model = resolve_model(saved_model(self.run, self.info, step))
         backend = self._backend(model.path)
         # into the partial file, which resumes a killed generation and becomes the samples file when complete; a whole
@@ -105,8 +104,6 @@ class GeneratedSamples:
             os.replace(partial, samples)
 
     def _backend(self, model_path: str):
-        from dppo_bench.eval.generate import HFBackend, VLLMBackend
-
         if self.engine == "hf":
             import torch
 
@@ -141,14 +138,11 @@ class VerlDumpSamples:
         dump, samples, scores = self.dump(step), step_dir / SAMPLES, readable_scores(step_dir)
         if scores is None or not (dump.is_file() and samples.is_file() and whole(samples)):
             return False
-        from dppo_bench.eval.samples import read_samples
 
         source = read_samples(samples).header.get("source", {})
         return source.get("sha256") == file_sha256(dump) and scores_match(scores, samples)
 
     def write(self, step: int, samples: Path) -> None:
-        from dppo_bench.eval.verl_dump import convert_dump
-
         dump = self.dump(step)
         if not dump.is_file():
             raise FileNotFoundError(f"{dump}: no validation dump for step {step} of this run")
@@ -183,8 +177,6 @@ def readable_scores(step_dir: Path) -> dict | None:
 
 def converted(samples: Path) -> bool:
     """Whether a samples file was converted from a validation dump (its header's model kind)."""
-    from dppo_bench.eval.samples import SamplesError, read_samples
-
     try:
         model = read_samples(samples, rows_required=False).header.get("model")
     except SamplesError:
@@ -202,8 +194,6 @@ def whole(samples: Path, problems: ProblemSet | None = None, n: int | None = Non
     """Whether a samples file reads whole (and, given ``problems``, holds ``n`` samples of each and nothing else);
     a damaged one is made again, and replaced whole when it is: it is derived from the checkpoint or the dump,
     which stay."""
-    from dppo_bench.eval.samples import SamplesError, read_samples
-
     try:
         read = read_samples(samples)
     except SamplesError as e:
@@ -224,7 +214,7 @@ def max_response_length(run: RunDir, info: dict) -> int:
     """The run's longest response (its setting's, as run.json recorded it): an evaluation's longest sample."""
     length = info.get("setting_config", {}).get("train", {}).get("max_response_length")
     if not isinstance(length, int):
-        raise ValueError(f"{run.run_json}: field 'setting_config.train.max_response_length' is missing")
+        raise UserError(f"{run.run_json}: field 'setting_config.train.max_response_length' is missing")
     return length
 
 
@@ -256,7 +246,7 @@ def samples_source(
     weights it saved."""
     backend = info.get("backend")
     if backend not in ("local", "verl"):
-        raise ValueError(f"{run.run_json}: field 'backend': expected 'local' or 'verl', got {backend!r}")
+        raise UserError(f"{run.run_json}: field 'backend': expected 'local' or 'verl', got {backend!r}")
     online = validated_online(info, spec, problems)
     if online is not None:
         return VerlDumpSamples(run, info, spec, problems, online)

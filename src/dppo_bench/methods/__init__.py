@@ -39,7 +39,7 @@ __all__ = [
 
 def __getattr__(name: str):
     if name in ("surrogate_loss", "STAT_NAMES"):
-        from dppo_bench.methods import surrogate
+        from dppo_bench.methods import surrogate  # heavy: torch, which the rule files and the CLI do not need
 
         return getattr(surrogate, name)
     raise AttributeError(f"module 'dppo_bench.methods' has no attribute {name!r}")

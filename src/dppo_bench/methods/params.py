@@ -17,6 +17,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import ConfigDict, Field, ValidationError, create_model
 
+from dppo_bench.errors import UserError
+
 REQUIRED = "required"  # a Param's default when every profile must give the value
 Anchor = Literal["rollout", "recompute"]  # mu from the rollout engine (bypass mode), or pi_old recomputed (decoupled)
 
@@ -59,7 +61,7 @@ class Param:
         return typed | None if self.nullable else typed
 
 
-class HyperparameterError(ValueError):
+class HyperparameterError(UserError):
     """A value that does not fit its declaration; ``name`` is the hyperparameter ("" for the whole mapping)."""
 
     def __init__(self, name: str, message: str):

@@ -24,6 +24,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from dppo_bench.errors import UnknownNameError, UserError
 from dppo_bench.methods.params import Anchor, Param, Values, validate_values
 from dppo_bench.methods.verl_losses import VERL_LOSSES
 
@@ -182,11 +183,11 @@ def register_mask(
 
     def deco(fn: RuleFn) -> RuleFn:
         if name in _RULES:
-            raise ValueError(f"mask rule {name!r} is already registered (by {_RULES[name].fn.__qualname__})")
+            raise UserError(f"mask rule {name!r} is already registered (by {_RULES[name].fn.__qualname__})")
         if name in VERL_LOSSES:  # verl's registry would silently replace verl's own function with ours
-            raise ValueError(f"mask rule {name!r} has the name of one of verl's own loss modes; choose another")
+            raise UserError(f"mask rule {name!r} has the name of one of verl's own loss modes; choose another")
         if IS_CAP.name in {p.name for p in params}:
-            raise ValueError(f"mask rule {name!r}: is_cap is the surrogate's own hyperparameter; do not declare it")
+            raise UserError(f"mask rule {name!r}: is_cap is the surrogate's own hyperparameter; do not declare it")
         origin = getattr(sys.modules.get(fn.__module__), "__file__", "") if fn.__module__ in _LOADED_NAMES else ""
         rule = MaskRule(name, fn, anchors, tuple(params), arguments, gate, ratio, penalty, topk_kind, origin or "")
         if arguments is None:
@@ -202,7 +203,7 @@ def _check_signature(rule: MaskRule) -> None:
     names = [p.name for p in list(inspect.signature(rule.fn).parameters.values())[1:]]
     declared = [p.name for p in rule.params]
     if names[: len(declared)] != declared:
-        raise ValueError(
+        raise UserError(
             f"mask rule {rule.name!r}: {rule.fn.__qualname__} takes ({', '.join(names)}) after the tokens, but the "
             f"rule declares ({', '.join(declared)}); name the parameters alike or pass arguments="
         )
@@ -212,7 +213,7 @@ def get_mask(name: str) -> MaskRule:
     try:
         return _RULES[name]
     except KeyError:
-        raise KeyError(f"unknown mask rule {name!r}; registered: {', '.join(sorted(_RULES))}") from None
+        raise UnknownNameError(f"unknown mask rule {name!r}; registered: {', '.join(sorted(_RULES))}") from None
 
 
 def mask_names() -> list[str]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dppo_bench.errors import UnknownNameError
 from dppo_bench.methods.params import REQUIRED, Anchor, Param, Values, validate_values
 
 if TYPE_CHECKING:
@@ -137,7 +138,7 @@ def get_verl_loss(mode: str) -> VerlLoss:
     try:
         return VERL_LOSSES[mode]
     except KeyError:
-        raise KeyError(f"unknown verl loss mode {mode!r}; verl 0.9.1 has: {', '.join(VERL_LOSSES)}") from None
+        raise UnknownNameError(f"unknown verl loss mode {mode!r}; verl 0.9.1 has: {', '.join(VERL_LOSSES)}") from None
 
 
 # -- running verl's own function ------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dppo_bench.errors import UserError
 from dppo_bench.io import atomic_write
 
 
@@ -47,5 +48,5 @@ def read_tokens(path: Path) -> MismatchTokens:
     with np.load(path) as data:
         missing = {"mu", "pi", "tv", "meta"} - set(data.files)
         if missing:
-            raise ValueError(f"{path}: not a mismatch probe record (missing {sorted(missing)})")
+            raise UserError(f"{path}: not a mismatch probe record (missing {sorted(missing)})")
         return MismatchTokens(data["mu"], data["pi"], data["tv"], json.loads(str(data["meta"])))

@@ -34,7 +34,10 @@ from pathlib import Path
 from dppo_bench import canonical
 from dppo_bench.config import ConfigError, MethodRecipe, Setting
 from dppo_bench.config.runs import ResolvedRun
+from dppo_bench.errors import UserError
+from dppo_bench.eval import protocol
 from dppo_bench.io import file_sha256
+from dppo_bench.provenance import now
 from dppo_bench.rundir import RunDir, run_name
 from dppo_bench.runlock import run_lock
 from dppo_bench.verl_plugin.patches import PINNED_VERL
@@ -53,7 +56,7 @@ def resumed_step(checkpoints: Path) -> int:
         return 0
     text = tracker.read_text().strip()
     if not text.isdigit():
-        raise ValueError(f"{tracker}: expected the step of the last checkpoint, found {text[:40]!r}")
+        raise UserError(f"{tracker}: expected the step of the last checkpoint, found {text[:40]!r}")
     return int(text) if (checkpoints / f"global_step_{int(text)}").is_dir() else 0
 
 
@@ -85,11 +88,9 @@ def _data_record(path: Path, spec_id: str, data_source: str) -> dict:
 def data_records(run: ResolvedRun, train: Path, val: Sequence[Path]) -> dict:
     """run.json's ``inputs``; each online benchmark's record also says what it is and how verl samples it, which
     decides whether its dumps are still its scores (:func:`dppo_bench.eval.step_samples.validated_online`)."""
-    from dppo_bench.eval import protocol
-
     setting, train_spec, benchmarks = run.setting, run.train_data, run.online
     if len(val) != len(benchmarks):
-        raise ValueError(
+        raise UserError(
             f"setting {setting.id!r} validates on {', '.join(setting.eval.online)}: give one --val-data file for "
             f"each, in that order (got {len(val)})"
         )
@@ -206,7 +207,7 @@ def placement(env: Mapping[str, str], nodes: int) -> SlurmJob | None:
         return None
     job = SlurmJob.from_env(env)
     if job is None:
-        raise ValueError(
+        raise UserError(
             f"this setting trains on {nodes} nodes: run it inside a SLURM allocation of {nodes} nodes "
             "(snakemake --profile profiles/slurm) or point RAY_ADDRESS at a Ray cluster of that size"
         )
@@ -286,11 +287,9 @@ def launch(run: VerlRun, *, trainer: Callable[..., tuple[int, dict]] = run_train
 
 
 def _attempt(run: VerlRun, trainer: Callable[..., tuple[int, dict]], held: ExitStack) -> dict:
-    from dppo_bench.provenance import now
-
     verl_version = metadata.version("verl")
     if verl_version != PINNED_VERL:
-        raise ValueError(f"dppo-bench's verl runs need verl=={PINNED_VERL}; the installed verl is {verl_version}")
+        raise UserError(f"dppo-bench's verl runs need verl=={PINNED_VERL}; the installed verl is {verl_version}")
     s, v = run.setting, run.setting.verl
     placement(run.env, v.nodes)  # before anything is written: a multi-node run needs an allocation
     data = data_records(run.resolved, run.train_data, run.val_data)

@@ -27,6 +27,8 @@ import torch
 from dppo_bench.methods import MaskRule, surrogate_loss
 from dppo_bench.verl_plugin.hyperparameters import current_values
 from dppo_bench.verl_plugin.loss_inputs import current
+from dppo_bench.verl_plugin.masked_tokens import current_counter
+from dppo_bench.verl_plugin.patches import installation_error
 
 
 def _anchors(
@@ -83,8 +85,6 @@ def _required(rule: MaskRule, value: torch.Tensor | None, what: str, origin: str
 
 def _topk_divergence(rule: MaskRule, log_prob: torch.Tensor) -> torch.Tensor:
     """The per-token top-K divergence the trainer's forward computed for this ``ppo_loss`` call."""
-    from dppo_bench.verl_plugin.patches import installation_error
-
     if installation_error() is not None:
         raise RuntimeError(f"loss mode {rule.name!r}: {installation_error()}")
     return _required(
@@ -97,8 +97,6 @@ def _topk_divergence(rule: MaskRule, log_prob: torch.Tensor) -> torch.Tensor:
 
 def _on_masked(advantages: torch.Tensor):
     """Counts the masked tokens' ids while the step collects them (App. D); None otherwise."""
-    from dppo_bench.verl_plugin.masked_tokens import current_counter
-
     counter, ids = current_counter(), current().response_ids
     if counter is None or ids is None:
         return None

@@ -9,6 +9,7 @@ keys its declaration names (:mod:`dppo_bench.methods.verl_losses`), with verl's 
 from __future__ import annotations
 
 from dppo_bench.config import MethodRecipe
+from dppo_bench.errors import UserError
 from dppo_bench.methods.params import Anchor, Values
 from dppo_bench.methods.verl_losses import IN_LOSS, VerlLoss
 from dppo_bench.verl_plugin.hyperparameters import channel_override, hydra_value
@@ -77,7 +78,7 @@ def topk_overrides(k: int) -> list[str]:
     carries the kept set from the agent loop to the actor.
     """
     if k < 1:
-        raise ValueError(f"top-K needs K >= 1, got {k}")
+        raise UserError(f"top-K needs K >= 1, got {k}")
     overrides = [
         f"++actor_rollout_ref.rollout.custom.{CUSTOM_KEY}={k}",
         "actor_rollout_ref.model.use_fused_kernels=False",

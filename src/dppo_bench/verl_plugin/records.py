@@ -23,13 +23,14 @@ from pathlib import Path
 
 from dppo_bench import canonical
 from dppo_bench.config.specs import BenchmarkSpec
+from dppo_bench.errors import UserError
 from dppo_bench.io import read_jsonl
 from dppo_bench.rundir import RunDir
 
 _VALIDATION = re.compile(canonical.VERL_VALIDATION_KEY)
 
 
-class RecordError(ValueError):
+class RecordError(UserError):
     """A verl log that cannot be read: the message names the file and the line."""
 
 
@@ -57,7 +58,7 @@ class MetricMap:
         for b in benchmarks:
             source = b.data_source
             if source in by_source:
-                raise ValueError(
+                raise UserError(
                     f"benchmarks {by_source[source]} and {b.id} share data_source {source!r}: verl's validation "
                     "metrics are keyed by data_source, so one run cannot validate on both"
                 )

@@ -11,11 +11,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from dppo_bench.config import MethodRecipe, Setting
+from dppo_bench.config import Setting
 from dppo_bench.config.runs import ResolvedRun
+from dppo_bench.errors import UserError
 from dppo_bench.eval.protocol import sampling_of
 from dppo_bench.methods.masked_tokens import RUN_DIR_NAME as MASKED_TOKENS_RUN_DIR
-from dppo_bench.rundir import RunDir
+from dppo_bench.rundir import WANDB_PROJECT, RunDir, experiment_name
 from dppo_bench.verl_plugin.hyperparameters import RAY_ENV_VARS
 from dppo_bench.verl_plugin.overrides import ACTOR, method_overrides
 
@@ -23,7 +24,6 @@ ROLLOUT = "actor_rollout_ref.rollout"
 MODEL = "actor_rollout_ref.model"
 ENV = RAY_ENV_VARS
 REWARD_FUNCTION = Path(__file__).resolve().parents[1] / "eval" / "verl_reward.py"
-PROJECT = "dppo-bench"
 MISMATCH_EVERY_KEY = "dppo_bench_mismatch_every"  # in rollout.custom, verl's free extension dict
 PLUGIN_MODULE = "dppo_bench.verl_plugin.entry"  # the plugin's entry point (pyproject.toml), for Ray workers
 KEEP_WEIGHTS = "dppo_bench.verl_plugin.keep_weights.KeepWeights"  # verl's checkpoint callback (imports verl)
@@ -57,10 +57,6 @@ class RunPaths:
         return RunDir(self.run_dir).validation
 
 
-def experiment_name(setting: Setting, recipe: MethodRecipe, seed: int) -> str:
-    return f"{setting.id}__{recipe.id}__seed{seed}"
-
-
 def val_sampling(benchmarks: list) -> dict:
     """verl has one set of validation sampling parameters: the online benchmarks must agree on them (one that
     samples otherwise is scored offline: the setting's eval.offline). The benchmarks' max_tokens is not among them:
@@ -69,7 +65,7 @@ def val_sampling(benchmarks: list) -> dict:
     sampling = {tuple(sampling_of(b, max_tokens=None).items()) for b in benchmarks}
     if len(sampling) != 1:
         ids = ", ".join(b.id for b in benchmarks)
-        raise ValueError(
+        raise UserError(
             f"online benchmarks {ids} sample differently, and verl validates all of them with one val_kwargs: "
             "list all but one set of them under eval.offline"
         )
@@ -87,7 +83,7 @@ def run_overrides(
     user's WANDB_MODE, offline when unset)."""
     setting, recipe, seed = run.setting, run.recipe, run.seed
     if setting.verl is None:
-        raise ValueError(f"setting {setting.id!r} is not a verl-backend setting")
+        raise UserError(f"setting {setting.id!r} is not a verl-backend setting")
     v, t = setting.verl, setting.train
     val = val_sampling(list(run.online))
     loggers = '["console","file","wandb"]' if wandb else '["console","file"]'
@@ -169,8 +165,8 @@ def run_overrides(
         f"trainer.default_local_dir={paths.checkpoints}",
         f"trainer.validation_data_dir={paths.validation}",
         f"trainer.logger={loggers}",
-        f"trainer.project_name={PROJECT}",
-        f"trainer.experiment_name={experiment_name(setting, recipe, seed)}",
+        f"trainer.project_name={WANDB_PROJECT}",
+        f"trainer.experiment_name={experiment_name(setting.id, recipe.id, seed)}",
         f"trainer.nnodes={v.nodes}",
         # Hydra's record of the composed config beside the attempt's log, not in the directory verl was started from
         f"hydra.run.dir={paths.metrics_log.with_suffix('.hydra')}",
@@ -185,7 +181,8 @@ def run_overrides(
     if wandb:
         overrides += [f"{ENV}.WANDB_DIR={paths.run_dir}", f"{ENV}.WANDB_MODE={wandb_mode}"]
     overrides += [f"{ENV}.{name}='{value}'" for name, value in device_env(setting).items()]  # Ray: strings only
-    return overrides + engine_overrides(setting) + cpu_overrides(setting)
+    # an override that two parts need is given once (trainer.use_v1: the mismatch pass's and a Top-K method's)
+    return list(dict.fromkeys(overrides + engine_overrides(setting) + cpu_overrides(setting)))
 
 
 def device_env(setting: Setting) -> dict[str, str]:
