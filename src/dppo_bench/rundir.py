@@ -78,6 +78,7 @@ class RunDir:
         self.weights = self.path / "weights"
         self.validation = self.path / "validation"  # verl's validation dumps, one file per step
         self.verl_logs = self.path / "verl_logs"  # verl's FileLogger output, one file per attempt
+        self.masked_tokens = self.path / "masked_tokens"  # App. D's counts, per step and rank (masked_token_files)
         self.done = self.path / "train.completed"  # the pipeline's marker: written last, by a finished run
 
     @classmethod

@@ -13,7 +13,7 @@ LAYERS = [
     {"methods"},
     {"config"},
     {"provenance"},
-    {"rundir", "runlock"},
+    {"rundir", "runlock", "masked_token_files"},
     {"eval", "local", "probe", "verl_plugin", "aggregate", "plan", "verify"},
     {"commands", "cli", "__main__"},
 ]

@@ -15,7 +15,6 @@ from dppo_bench.config import Setting
 from dppo_bench.config.runs import ResolvedRun
 from dppo_bench.errors import UserError
 from dppo_bench.eval.protocol import sampling_of
-from dppo_bench.methods.masked_tokens import RUN_DIR_NAME as MASKED_TOKENS_RUN_DIR
 from dppo_bench.rundir import WANDB_PROJECT, RunDir, experiment_name
 from dppo_bench.verl_plugin.hyperparameters import RAY_ENV_VARS
 from dppo_bench.verl_plugin.overrides import ACTOR, method_overrides
@@ -174,7 +173,7 @@ def run_overrides(
         # every Ray worker imports verl and hence our plugin; the env var is the belt to those braces
         f"{ENV}.VERL_USE_EXTERNAL_MODULES={PLUGIN_MODULE}",
         f"{ENV}.VERL_FILE_LOGGER_PATH={paths.metrics_log}",
-        f"{ENV}.{MASKED_TOKENS_DIR_ENV}={paths.run_dir / MASKED_TOKENS_RUN_DIR}",  # App. D (verl_plugin.masked_tokens)
+        f"{ENV}.{MASKED_TOKENS_DIR_ENV}={RunDir(paths.run_dir).masked_tokens}",  # App. D (verl_plugin.masked_tokens)
     ]
     if setting.loss_scale_factor is not None:
         overrides.append(f"{ACTOR}.loss_scale_factor={setting.loss_scale_factor}")
