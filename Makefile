@@ -12,7 +12,7 @@ CORES ?= 2
 TORCH_INDEX ?=
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: venv test demo smoke verl-cpu lint bench clean-venv
+.PHONY: venv test test-fast demo smoke verl-cpu lint bench clean-venv
 
 venv: $(STAMP)
 
@@ -32,6 +32,10 @@ $(STAMP): pyproject.toml
 test: venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# The edit loop: the unit tests without the slow ones (minutes, not the whole suite's end-to-end runs).
+test-fast: venv
+	$(BIN)/python -m pytest tests/unit -m "not slow" -q $(PYTEST_ARGS)
+
 # The CPU miniature of the paper's sanity test (Fig. 3) and of its mismatch probe (Fig. 2), through the pipeline.
 demo: venv
 	$(BIN)/snakemake --cores $(CORES) tiny_sanity tiny_mismatch
@@ -46,9 +50,13 @@ verl-cpu: venv
 	$(BIN)/snakemake --cores $(CORES) verl_cpu verl_cpu_mismatch
 	@echo "figures: results/verl_cpu/figure.png, results/verl_cpu_mismatch/figure.png (and .pdf); tables: table.md beside them"
 
+# What reviewers check, as CI runs it (.ci/run): ruff's lint and format, snakemake's lint of the workflow, and the
+# documentation site, where a broken link or a page missing from the navigation fails the build.
 lint: venv
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/snakemake --lint
+	$(BIN)/mkdocs build --strict --quiet --site-dir $$(mktemp -d)
 
 bench: venv
 	for b in benchmarks/*.py; do $(BIN)/python $$b || exit 1; done

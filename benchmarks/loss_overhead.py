@@ -12,6 +12,7 @@ Target: ours <= 1.10x of verl's own for the same rule; top-K <= 0.05x of the log
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -20,13 +21,11 @@ from omegaconf import OmegaConf
 from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
 import dppo_bench.verl_plugin.entry  # noqa: F401  (registers our modes)
+from dppo_bench.config import load_methods
 from dppo_bench.divergence import topk_divergence
-from dppo_bench.methods import get_mask, mask_names
 from dppo_bench.topk import topk_log_probs
+from dppo_bench.verl_plugin.hyperparameters import LOSS_ENV, encode
 from dppo_bench.verl_plugin.loss_inputs import LossInputs, exposed
-
-THRESHOLDS = {"delta": (0.15, 0.15), "eps": (0.2, 0.28), "eps_alpha": (0.2, 0.28), "none": (0.0, 0.0)}
-ALPHA = 0.1  # the efficiency study's rollout-probability cutoff, for the rules that read one
 
 
 def median_time(fn, repeats: int) -> float:
@@ -39,7 +38,8 @@ def median_time(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def loss_step(name: str, data: dict, low: float, high: float, recompute: bool, alpha: float | None):
+def loss_step(name: str, data: dict, low: float, high: float, recompute: bool, channel: str | None):
+    """One forward+backward of loss mode ``name``: verl's own read the clip ratios, ours the channel's values."""
     cfg = OmegaConf.create(
         {
             "clip_ratio": 0.2,
@@ -47,7 +47,7 @@ def loss_step(name: str, data: dict, low: float, high: float, recompute: bool, a
             "clip_ratio_high": high,
             "clip_ratio_c": 1e4,
             "global_batch_info": {},
-            "policy_loss": {"dro_beta": alpha},
+            "policy_loss": {},
         }
     )
     fn = get_policy_loss_fn(name)
@@ -56,6 +56,8 @@ def loss_step(name: str, data: dict, low: float, high: float, recompute: bool, a
     inputs = LossInputs(rollout_log_prob=data["log_mu"] if recompute else None)  # as the patched ppo_loss hands them
 
     def step():
+        if channel is not None:
+            os.environ[LOSS_ENV] = channel
         lp = data["log_pi"].clone().requires_grad_()
         with exposed(inputs):
             loss, _ = fn(
@@ -88,11 +90,11 @@ def bench_losses(batch: int, length: int, repeats: int) -> None:
         "dppo_tv": (0.15, 0.15, False, None),
         "dppo_kl": (0.05, 0.05, False, None),
     }
-    for name in mask_names():
-        rule = get_mask(name)
-        if not rule.needs_topk:
-            low, high = THRESHOLDS[rule.thresholds]
-            modes[name] = (low, high, rule.anchors == ("recompute",), ALPHA if rule.reads_alpha else None)
+    for recipe in load_methods().values():  # each rule of ours at the first profile of its first recipe
+        rule = recipe.rule
+        if rule is not None and not rule.needs_topk and rule.name not in modes:
+            values = recipe.profile(next(iter(recipe.hyperparameters)))
+            modes[rule.name] = (0.0, 0.0, recipe.anchor == "recompute", encode(rule, values))
     # interleave the modes over rounds so drift in machine load hits all of them alike
     samples = {m: [] for m in modes}
     steps = {m: loss_step(m, data, *v) for m, v in modes.items()}

@@ -77,7 +77,8 @@ def main() -> None:
     print(f"verl / local = {statistics.median(verl) / statistics.median(local):.1f}x per step")
     print(
         f"verl's run: {wall:.0f} s wall, of which {sum(verl):.0f} s in steps, {validation:.0f} s in "
-        f"{len(setting.eval_steps())} validations and {startup:.0f} s start-up, checkpoints and shutdown"
+        f"{len(setting.eval_steps(setting.eval.online[0]))} validations and {startup:.0f} s start-up, checkpoints and "
+        "shutdown"
     )
 
 

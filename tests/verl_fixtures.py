@@ -40,12 +40,12 @@ def write_parquet(path: Path, data_source: str, rows: int = 4) -> Path:
 
 def prepared_data(tmp: Path, setting_path: Path) -> tuple[Path, tuple[Path, ...]]:
     """Train and validation parquet files with the data_source each of the setting's specs declares."""
-    from dppo_bench.eval.spec import load_any, load_benchmark
+    from dppo_bench.config.specs import load_any, load_benchmark
 
     setting = load_setting(setting_path)
     train_spec = load_any(setting.verl.train_data)
     train = write_parquet(tmp / "data" / f"{train_spec.id}.parquet", train_spec.data_source)
     val = tuple(
-        write_parquet(tmp / "data" / f"{b}.parquet", load_benchmark(b).data_source) for b in setting.eval.benchmarks
+        write_parquet(tmp / "data" / f"{b}.parquet", load_benchmark(b).data_source) for b in setting.eval.online
     )
     return train, val

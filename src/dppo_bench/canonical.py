@@ -30,7 +30,18 @@ SURROGATE_STATS = {
     "pi_mu_abs_diff_max": "tr/pi_mu_abs_diff_max",
     "pi_mu_diff_min": "tr/pi_mu_diff_min",
     "pi_mu_diff_max": "tr/pi_mu_diff_max",
+    # the parts of a rule that has them (dppo_bench.methods.surrogate.PART_STAT_NAMES)
+    "gate_mean": "tr/gate_mean",  # a soft gate's mean over response tokens (SAPO)
+    "penalty_mean": "tr/penalty_mean",  # a per-token penalty's mean over response tokens (prime-rl's KL term)
 }
+# verl's own loss modes' statistics (their actor/<name> metrics; both backends call verl's function)
+VERL_LOSS_STATS = {
+    "pg_clipfrac": "tr/pg_clipfrac",
+    "pg_clipfrac_lower": "tr/pg_clipfrac_lower",
+    "ppo_kl": "tr/ppo_kl",
+}
+# every statistic a loss returns, by the name it returns it under (the verl backend prefixes actor/)
+LOSS_STATS = SURROGATE_STATS | VERL_LOSS_STATS
 
 # |pi - mu| of the sampled token at the *same* parameters theta' over the whole rollout batch (pure
 # training-inference mismatch; dppo_bench.mismatch): mean and max of |pi - mu|, min and max of pi - mu
@@ -71,7 +82,7 @@ VERL_KEYS = {
     # |pi - mu| at equal parameters (both modes: see dppo_bench.verl_plugin.mismatch)
     **{f"{VERL_PATCH_PREFIX}{name}": name for name in MISMATCH_STATS},
     # the surrogate's statistics, returned by our loss modes as actor/<stat> (mean over micro-batches and ranks)
-    **{f"actor/{stat}": name for stat, name in SURROGATE_STATS.items()},
+    **{f"actor/{stat}": name for stat, name in LOSS_STATS.items()},
     "actor/topk_divergence_mean": "tr/topk_divergence_mean",
     "actor/topk_divergence_max": "tr/topk_divergence_max",
     "actor/rollout_topk_mass_mean": ROLLOUT_TOPK_MASS,
@@ -94,6 +105,6 @@ VERL_VALIDATION_KEY = r"val-core/(?P<data_source>.+)/acc/mean@(?P<n>\d+)"
 # panels and columns may plot, so that a misspelt name is an error instead of an empty curve
 STEP_METRICS = frozenset(
     {REWARD_MEAN, RESPONSE_LENGTH_MEAN, ENTROPY_MEAN, STEP_SECONDS, ROLLOUT_TOPK_MASS, *MISMATCH_STATS}
-    | set(SURROGATE_STATS.values())
+    | set(LOSS_STATS.values())
     | set(VERL_KEYS.values())
 )

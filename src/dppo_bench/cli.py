@@ -3,6 +3,10 @@
 Each command module defines ``register(subparsers)``, which adds its parser and sets
 ``func`` (called with the parsed args). Heavy imports (torch, verl) stay inside the handlers,
 so ``dppo-bench --help`` and the pipeline's dry runs stay fast.
+
+A user's mistake (:class:`dppo_bench.errors.UserError`, a missing file, a write the disk refused, a run another
+process holds) is one line on stderr and exit status 2; anything else is a bug of ours and keeps its traceback.
+``--debug`` shows the traceback of a user's mistake too.
 """
 
 from __future__ import annotations
@@ -11,9 +15,10 @@ import argparse
 import errno
 import importlib
 import sys
+import traceback
 from pathlib import Path
 
-from dppo_bench.config import ConfigError
+from dppo_bench.errors import UserError
 from dppo_bench.runlock import RunLockedError
 
 COMMAND_MODULES = [
@@ -29,11 +34,13 @@ COMMAND_MODULES = [
     "plan",
     "probe",
     "verify",
+    "publish",
 ]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dppo-bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an input error too")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(f"dppo_bench.commands.{name}").register(subparsers)
@@ -72,12 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args) or 0
-    except (ConfigError, FileNotFoundError, KeyError, ValueError, RunLockedError, OSError) as e:
-        message = e.args[0] if isinstance(e, KeyError) and e.args else e
-        if isinstance(e, OSError) and not isinstance(e, FileNotFoundError):
-            message = write_error(e)
-            if message is None:
-                raise
+    except (UserError, RunLockedError, OSError) as e:
+        message = write_error(e) if isinstance(e, OSError) and not isinstance(e, FileNotFoundError) else e
+        if message is None:
+            raise  # an OSError that is not about what the user gave or where the output goes
+        if args.debug:
+            traceback.print_exc()
         print(f"dppo-bench {args.command}: error: {message}", file=sys.stderr)
         return 2
 

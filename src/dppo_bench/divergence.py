@@ -11,10 +11,12 @@ binary <= top-K <= exact (data-processing inequality, paper App. B):
   bucket holding the rest of the mass (Eqs. 15-16);
 * exact: the full vocabulary (reference only; the trainer never needs it).
 
-Numerical safety: probabilities of exactly 0 or 1, ``-inf`` log-probs and bf16 inputs all give
+Numerical safety: probabilities of exactly 0 or 1, ``-inf`` or NaN log-probs and bf16 inputs all give
 finite results. Log-probabilities are floored at ``LOG_FLOOR`` and bucket masses at
 ``MASS_FLOOR`` (the paper's code clamps rest masses at 1e-12 too), so a divergence against a
-token that pi gives zero mass is large but finite.
+token that pi gives zero mass is large but finite. A NaN log-prob (an engine's unfilled top-K slot) counts as no
+mass, like ``-inf``: left in, it would make the divergence NaN (TV) or silently 0 (KL), and the mask's comparisons
+with it always false.
 
 The module calls tensor methods only and imports torch just for type hints, so that the config
 layer (which validates mask rules) loads without torch: ``snakemake -n`` stays fast.
@@ -34,7 +36,7 @@ MASS_FLOOR = 1e-12  # floor of a bucket's mass inside a log
 
 
 def _logp(x: torch.Tensor) -> torch.Tensor:
-    return x.float().clamp(LOG_FLOOR, 0.0)  # -inf -> floor; a NaN stays NaN (an upstream bug)
+    return x.float().nan_to_num(nan=LOG_FLOOR).clamp(LOG_FLOOR, 0.0)  # -inf and NaN -> floor: no mass
 
 
 def _rest(logp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -11,10 +11,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
+from dppo_bench.errors import UserError
+
 CHECKSUMS = "SHA256SUMS"  # `sha256sum -c SHA256SUMS` format: "<hex>  <name>" per file
 
 
-class CorruptFileError(ValueError):
+class CorruptFileError(UserError):
     """A file of a run that is damaged or not what it should be: the message names the file."""
 
 

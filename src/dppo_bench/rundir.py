@@ -1,7 +1,14 @@
 """The run directory both backends write (DESIGN.md section 4).
 
 ``results/runs/<setting>/<method>/seed<k>/``: ``run.json`` (provenance and status),
-``metrics.jsonl`` (one JSON object per training step, NaN as null), ``checkpoints/``, ``eval/``.
+``metrics.jsonl`` (one JSON object per training step, NaN as null), ``checkpoints/``, ``eval/`` and, for a verl run,
+``weights/`` (the model of every checkpoint verl saved, kept for offline evaluation after verl deletes the
+checkpoint: :mod:`dppo_bench.verl_plugin.keep_weights`).
+
+A run is current while its record holds the training identity its setting and recipe have today
+(:func:`training_identity`); an evaluation is current while its summary.json holds the protocol its benchmark and
+setting give today (:mod:`dppo_bench.eval.protocol`). The two are separate: an evaluation that changed is made
+again, never the training.
 
 metrics.jsonl is append-only and resume-safe: rows reach it before the checkpoint that covers
 them is committed, and a resumed run first drops rows past its checkpoint, so a crash at any
@@ -17,7 +24,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from dppo_bench.errors import UserError
 from dppo_bench.io import CorruptFileError, atomic_write_text, file_sha256, naming, read_json, read_jsonl
+from dppo_bench.provenance import now, provenance
 
 # The files of one evaluated step, eval/<benchmark>/step<N>/: samples appear whole (generated or converted into the
 # partial file, then renamed), scores.json is written last
@@ -31,13 +40,51 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def training_identity(setting, recipe) -> dict[str, str]:
+    """What a run's record holds of what it computes: the setting's and the recipe's training identity."""
+    return {"setting_sha256": setting.sha256(), "recipe_sha256": recipe.sha256()}
+
+
+RUNS_ROOT = Path("results/runs")  # the pipeline's run directories, relative to its working directory
+PROBES_ROOT = Path("results/probes")  # Fig. 2's mismatch probe records, one per setting
+
+
+def run_name(setting: str, method: str, seed: int) -> str:
+    """``<setting>/<method>/seed<k>``: a run's directory under the runs root, and its name in messages."""
+    return f"{setting}/{method}/seed{seed}"
+
+
+WANDB_PROJECT = "dppo-bench"  # where either backend's runs log to wandb (verl's trainer.project_name)
+
+
+def experiment_name(setting: str, method: str, seed: int) -> str:
+    """A run's name in verl and wandb (trainer.experiment_name, the wandb run's on either backend)."""
+    return f"{setting}__{method}__seed{seed}"
+
+
+def probe_record(setting: str, root: Path = PROBES_ROOT) -> Path:
+    """Where a setting's mismatch probe record goes (one rollout batch, no training)."""
+    return Path(root) / setting / "mismatch.npz"
+
+
 class RunDir:
+    """Every path under one run's directory, and the records in it; the one place that names them."""
+
     def __init__(self, path: Path | str):
         self.path = Path(path)
         self.run_json = self.path / "run.json"
         self.metrics = self.path / "metrics.jsonl"
         self.checkpoints = self.path / "checkpoints"
+        self.weights = self.path / "weights"
+        self.validation = self.path / "validation"  # verl's validation dumps, one file per step
+        self.verl_logs = self.path / "verl_logs"  # verl's FileLogger output, one file per attempt
+        self.masked_tokens = self.path / "masked_tokens"  # App. D's counts, per step and rank (masked_token_files)
         self.done = self.path / "train.completed"  # the pipeline's marker: written last, by a finished run
+
+    @classmethod
+    def of(cls, setting: str, method: str, seed: int, root: Path | str = RUNS_ROOT) -> RunDir:
+        """The run directory of one (setting, method, seed) under ``root``."""
+        return cls(Path(root) / run_name(setting, method, seed))
 
     def create(self) -> RunDir:
         self.checkpoints.mkdir(parents=True, exist_ok=True)
@@ -61,23 +108,18 @@ class RunDir:
 
     def start(self, setting, recipe, seed: int, inputs: dict) -> dict:
         """run.json at start; a rerun must be the same run (same recipe, setting and seed) to resume it."""
-        from dppo_bench.provenance import now, provenance
-
         identity = {
             "setting": setting.id,
             "method": recipe.id,
             "seed": seed,
             "backend": setting.backend,
-            "setting_sha256": setting.sha256(),
-            "recipe_sha256": recipe.sha256(),
+            **training_identity(setting, recipe),
         }
         old = self.read_run()
         if old:
             clash = {k: (old.get(k), v) for k, v in identity.items() if old.get(k) != v}
             if clash:
-                raise ValueError(
-                    f"{self.run_json}: holds a different run ({clash}); refusing to resume or overwrite it"
-                )
+                raise UserError(f"{self.run_json}: holds a different run ({clash}); refusing to resume or overwrite it")
         return self.update_run(
             **identity,
             hyperparameters=recipe.profile(setting.hyperparameter_profile).values(),
@@ -91,6 +133,20 @@ class RunDir:
             resumed_at=[*old.get("resumed_at", []), now()] if old else [],
             finished_at=None,
         )
+
+    def is_current(self, info: dict, setting, recipe) -> bool:
+        """Whether the run ``info`` records is the one ``setting`` and ``recipe`` make today (how it is evaluated
+        is not part of that)."""
+        return all(info.get(k) == v for k, v in training_identity(setting, recipe).items())
+
+    def evaluation_current(self, benchmark: str, protocol_sha256: str) -> bool:
+        """Whether the run's evaluation on ``benchmark`` is finished and made with that protocol."""
+        summary = self.eval_dir(benchmark) / SUMMARY
+        try:
+            recorded = read_json(summary) if summary.is_file() else None
+        except CorruptFileError:
+            return False  # made again by the pipeline (dppo-bench verify names it)
+        return isinstance(recorded, dict) and recorded.get("protocol_sha256") == protocol_sha256
 
     def mark_done(self, outcome: dict) -> None:
         """The marker, with the sha256 of the records it vouches for: a later change to them is damage that
@@ -139,8 +195,18 @@ class RunDir:
     def eval_step_dir(self, benchmark: str, step: int) -> Path:
         return self.eval_dir(benchmark) / f"step{step}"
 
+    def validation_dump(self, step: int) -> Path:
+        return self.validation / f"{step}.jsonl"
+
+    def attempt_log(self, attempt: int) -> Path:
+        return self.verl_logs / f"attempt-{attempt:03d}.jsonl"
+
     def checkpoint_dir(self, step: int) -> Path:
         return self.checkpoints / f"step_{step:06d}"
+
+    def weights_dir(self, step: int) -> Path:
+        """A verl run's model at ``step``, kept from verl's checkpoint of it (in verl's format)."""
+        return self.weights / f"step_{step:06d}"
 
     def saved_steps(self) -> list[int]:
         """Steps with a checkpoint directory renamed into place (complete when written; see io.verify_checksums)."""

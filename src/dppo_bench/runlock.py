@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from dppo_bench.io import naming
+from dppo_bench.provenance import now
 
 LOCK_NAME = "train.lock"
 
@@ -39,8 +40,6 @@ def run_lock(run_dir: Path | str, name: str = LOCK_NAME) -> Iterator[int]:
     """Hold the lock ``run_dir/name`` for the ``with`` block; one already held raises :class:`RunLockedError`.
     Yields the lock's file descriptor: a child process given it (``pass_fds``) holds the lock too, until it exits,
     so a worker that outlives its killed parent still keeps a second writer out."""
-    from dppo_bench.provenance import now
-
     path = Path(run_dir) / name
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -17,6 +17,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from dppo_bench.eval.metrics import avg_at_n, mean_pass_at_k
+from dppo_bench.eval.samples import SamplesError, read_samples
 from dppo_bench.io import CorruptFileError, file_sha256, read_json, verify_checksums
 from dppo_bench.rundir import SAMPLES, SCORES, SUMMARY, RunDir
 
@@ -158,8 +160,6 @@ def _evaluation(eval_dir: Path, deep: bool, found: list[Damage]) -> None:
 def _scores(step_dir: Path, deep: bool, found: list[Damage], redo: Path | None) -> dict | None:
     """scores.json: readable, its numbers what its per-problem counts give, its verdicts (and, deep, its samples)
     the files it was computed from. Returns it when its fields can be read."""
-    from dppo_bench.eval.metrics import avg_at_n, mean_pass_at_k
-
     path = step_dir / SCORES
     scores = _read_object(path, found, redo)
     if scores is None:
@@ -191,8 +191,6 @@ def _count(c: object, n: int) -> bool:
 
 
 def _samples(step_dir: Path, scores: dict, found: list[Damage], redo: Path | None) -> None:
-    from dppo_bench.eval.samples import SamplesError, read_samples
-
     samples = step_dir / SAMPLES
     recorded = scores.get("samples", {}).get("sha256") if isinstance(scores.get("samples"), dict) else None
     _recorded(samples, recorded, step_dir / SCORES, "it was scored", found, redo)

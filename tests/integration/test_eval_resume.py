@@ -53,7 +53,8 @@ def test_an_evaluation_killed_mid_generation_resumes_to_the_same_bytes(tmp_path)
 
     whole, killed = RunDir(tmp_path / "whole").create(), RunDir(tmp_path / "killed").create()
     for run in (whole, killed):
-        run.write_run({"setting": "tiny_test", "method": "pg_is", "seed": 0, "backend": "local"})
+        record = {"setting": "tiny_test", "method": "pg_is", "seed": 0, "backend": "local"}
+        run.write_run({**record, "setting_config": {"train": {"max_prompt_length": 8, "max_response_length": 32}}})
         save_model(load_model(base), AutoTokenizer.from_pretrained(base), run.checkpoint_dir(0))
     subprocess.run(evaluate_cmd(whole.path, data), check=True, capture_output=True)
 

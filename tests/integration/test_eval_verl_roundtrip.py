@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from dppo_bench.config.specs import load_benchmark
 from dppo_bench.eval.data import Problem, ProblemSet, problems_sha256
 from dppo_bench.eval.samples import read_samples
 from dppo_bench.eval.score import score_samples
-from dppo_bench.eval.spec import load_benchmark
 from dppo_bench.eval.verl_dump import convert_dump
 
 pytestmark = pytest.mark.slow

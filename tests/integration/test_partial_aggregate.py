@@ -16,7 +16,7 @@ def test_a_partial_target_plans_only_its_aggregation(tmp_path):
         assert counts == {target: 1}
     assert "--only table" in proc.stdout
     full = job_counts(snakemake(tmp_path, "-n", "fig3_sanity").stdout)  # the full target is unchanged
-    assert full["train"] == 7 and full["aggregate_table"] == 1 and "fig3_sanity_partial" not in full
+    assert full["train_gpu"] == 7 and full["aggregate_table"] == 1 and "fig3_sanity_partial" not in full
 
 
 def write_completed_run(root, setting, method, rewards):

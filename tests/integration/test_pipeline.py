@@ -92,11 +92,11 @@ def test_a_local_setting_naming_a_real_benchmark_stops_at_start(tmp_path):
     """The tiny model cannot answer MATH-500: planning its evaluation would be a silent wrong result."""
     root = recipe_root(tmp_path)
     setting = root / "recipes" / "settings" / "tiny_smoke.yaml"
-    setting.write_text(setting.read_text().replace("eval:\n", "eval:\n  benchmarks: [math500]\n"))
+    setting.write_text(setting.read_text().replace("eval:\n", "eval:\n  offline: [math500]\n"))
     proc = snakemake(tmp_path / "work", "-n", "tiny_smoke", root=root)
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
-    assert "tiny_smoke.yaml: field 'eval.benchmarks.0'" in out and "'math500' cannot be run by the local backend" in out
+    assert "tiny_smoke.yaml: field 'eval.offline.0'" in out and "'math500' cannot be run by the local backend" in out
 
 
 def test_a_misspelt_experiment_metric_stops_at_start(tmp_path):

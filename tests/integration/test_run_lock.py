@@ -128,7 +128,9 @@ def test_two_evaluations_of_one_run_and_benchmark(tmp_path, capsys):
 
     data = tmp_path / "problems.jsonl"
     data.write_text(json.dumps({"id": "a", "problem": "1+1=", "answer": "2"}) + "\n")
-    RunDir(tmp_path / "run").create().write_run({"setting": "s", "method": "m", "seed": 0, "backend": "local"})
+    record = {"setting": "s", "method": "m", "seed": 0, "backend": "local"}
+    config = {"train": {"max_prompt_length": 8, "max_response_length": 32}}
+    RunDir(tmp_path / "run").create().write_run({**record, "setting_config": config})
     args = ["evaluate", "--run-dir", str(tmp_path / "run"), "--benchmark", "tiny_arith", "--steps", "0"]
     args += ["--data", str(data), "--out", str(tmp_path / "summary.json")]
     with run_lock(tmp_path / "run" / "eval" / "tiny_arith", "evaluate.lock"):

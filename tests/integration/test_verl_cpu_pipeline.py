@@ -6,9 +6,13 @@ a cluster: `snakemake` prepares the data with `dppo-bench data prepare`, builds 
 One binary, one Top-K and one recompute-anchored method (recipes/settings/tiny_verl.yaml, 8 steps, a checkpoint
 and a validation every 4), and the mismatch probe of Fig. 2 through verl (experiment verl_cpu_mismatch). The
 recompute run is first killed twice with SIGKILL during training, as a crashed or cancelled job dies (its whole
-process group and every Ray process it started), and then resumed by the pipeline.
+process group and every Ray process it started), and then resumed by the pipeline. A Ray cluster that `ray start`
+left running stays beside them all along, findable by every run's Ray: each starts one of its own. Last, a benchmark
+is added to the finished setting (in a copy of the recipes) and scored from the weights the runs kept, without
+retraining.
 """
 
+import contextlib
 import importlib.util
 import json
 import math
@@ -22,9 +26,11 @@ from pathlib import Path
 
 import psutil
 import pytest
-from snakemake_fixtures import ENV, snakemake
+from ray_fixtures import foreign_ray_head
+from snakemake_fixtures import ENV, job_counts, recipe_root, snakemake
 
 from dppo_bench.config import find_setting
+from dppo_bench.config.roots import ROOT_VARIABLE
 
 pytestmark = [
     pytest.mark.slow,
@@ -61,7 +67,8 @@ def logged_steps(log: Path) -> list[int]:
 def kill_job(process: subprocess.Popen, token: str) -> None:
     """SIGKILL for the launcher's process group and for every process it started (Ray's daemons and workers run in
     sessions of their own, as a cluster's job cgroup would not let them): they all carry the test's token."""
-    os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):  # the group is gone when the launcher ended by itself
+        os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     for proc in psutil.process_iter():
         try:
@@ -71,7 +78,7 @@ def kill_job(process: subprocess.Popen, token: str) -> None:
             continue
 
 
-def train_until_killed(workdir: Path, method: str, attempt: int, after_step: int) -> None:
+def train_until_killed(workdir: Path, root: Path, method: str, attempt: int, after_step: int) -> None:
     token = uuid.uuid4().hex
     cmd = [
         Path(sys.executable).with_name("dppo-bench"), "train", "--setting", SETTING, "--method", method, "--seed",
@@ -81,12 +88,14 @@ def train_until_killed(workdir: Path, method: str, attempt: int, after_step: int
     with (workdir / f"attempt-{attempt}.log").open("w") as out:
         process = subprocess.Popen(
             [str(c) for c in cmd], cwd=workdir, stdout=out, stderr=subprocess.STDOUT,
-            env={**ENV, "DPPO_BENCH_TEST_JOB": token}, start_new_session=True,
+            env={**ENV, ROOT_VARIABLE: str(root), "DPPO_BENCH_TEST_JOB": token}, start_new_session=True,
         )  # fmt: skip
         deadline = time.monotonic() + 900
         try:
             while max(logged_steps(log), default=-1) < after_step:
-                assert process.poll() is None, f"attempt {attempt} ended early: {(workdir / f'attempt-{attempt}.log')}"
+                if process.poll() is not None:
+                    tail = (workdir / f"attempt-{attempt}.log").read_text()[-5000:]
+                    raise AssertionError(f"attempt {attempt} ended early with {process.returncode}:\n{tail}")
                 assert time.monotonic() < deadline, f"attempt {attempt} logged no step {after_step} in 15 minutes"
                 time.sleep(1)
         finally:
@@ -94,14 +103,30 @@ def train_until_killed(workdir: Path, method: str, attempt: int, after_step: int
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
+def root(tmp_path_factory):
+    """The recipes the pipeline reads: a copy, to which the last test adds a benchmark."""
+    return recipe_root(tmp_path_factory.mktemp("verl_cpu_recipes"))
+
+
+@pytest.fixture(scope="module")
+def foreign_ray():
+    """A Ray cluster `ray start` left on the machine, which every Ray of this module's runs would find: one-node verl
+    runs must start their own beside it (RAY_ADDRESS=local, by the launcher)."""
+    with foreign_ray_head() as head, pytest.MonkeyPatch.context() as env:
+        env.setitem(ENV, "RAY_TMPDIR", head.tmpdir)
+        yield head
+        assert head.alive()
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, root, foreign_ray):
     workdir = tmp_path_factory.mktemp("verl_cpu")
-    prepared = snakemake(workdir, "--cores", "2", *DATA, MODEL)
+    prepared = snakemake(workdir, "--cores", "2", *DATA, MODEL, root=root)
     assert prepared.returncode == 0, prepared.stderr[-3000:]
     for attempt, step in enumerate(KILL_AFTER, start=1):
-        train_until_killed(workdir, RECOMPUTE, attempt, step)
+        train_until_killed(workdir, root, RECOMPUTE, attempt, step)
     targets = [summary(workdir, m) for m in (BINARY, TOPK, RECOMPUTE)] + ["results/verl_cpu_mismatch/table.md"]
-    done = snakemake(workdir, "--cores", "2", *targets)
+    done = snakemake(workdir, "--cores", "2", *targets, root=root)
     assert done.returncode == 0, done.stderr[-5000:]
     return workdir
 
@@ -189,3 +214,32 @@ def test_app_d_counts_the_masked_token_ids_of_every_verl_step(workdir, method):
         assert set(counts) == {"pos", "neg"}
         if row["tr/mask_frac"] > 0:
             assert sum(counts["pos"].values()) + sum(counts["neg"].values()) > 0, row["step"]
+
+
+@pytest.mark.parametrize("method", [BINARY, TOPK, RECOMPUTE])
+def test_the_model_of_every_checkpoint_outlives_verls_rotation(workdir, method):
+    """verl's checkpoint callback (dppo_bench.verl_plugin.keep_weights) linked the model part of each save."""
+    weights = run_dir(workdir, method) / "weights"
+    assert sorted(p.name for p in weights.iterdir()) == ["step_000004", "step_000008"]
+    for kept in weights.iterdir():
+        names = {p.name for p in kept.iterdir()}
+        assert "model_world_size_1_rank_0.pt" in names and "huggingface" in names
+        assert not any(n.startswith(("optim", "extra")) for n in names)  # resuming needs them; evaluating does not
+
+
+def test_a_benchmark_added_to_the_finished_setting_is_scored_from_the_kept_weights_without_retraining(workdir, root):
+    run = run_dir(workdir, BINARY)
+    records = {p: p.read_bytes() for p in (run / "run.json", run / "metrics.jsonl", run / "train.completed")}
+    setting = root / "recipes" / "settings" / f"{SETTING}.yaml"
+    setting.write_text(setting.read_text().replace("eval:\n", "eval:\n  offline: [tiny_arith_greedy]\n"))
+    target = f"results/runs/{SETTING}/{BINARY}/seed0/eval/tiny_arith_greedy/summary.json"
+    plan = snakemake(workdir, "-n", target, summary(workdir, BINARY), root=root)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    assert job_counts(plan.stdout) == {"prepare_data": 1, "evaluate": 1}  # its problems, its evaluation: no training
+    done = snakemake(workdir, "--cores", "2", target, root=root)
+    assert done.returncode == 0, done.stderr[-5000:]
+    result = json.loads((workdir / target).read_text())
+    assert result["source"] == "saved weights" and set(result["steps"]) == {"0", "4", "8"} and not result["not_saved"]
+    merged = run / "weights" / "step_000008" / "huggingface_merged"  # by verl's model merger, from the FSDP shards
+    assert (merged / "config.json").is_file() and any(merged.glob("*.safetensors"))
+    assert {p: p.read_bytes() for p in records} == records

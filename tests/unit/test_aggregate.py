@@ -141,3 +141,9 @@ def test_a_smoothed_peak_is_the_curves_not_its_noise():
     assert series_stat(noisy, "peak") == pytest.approx(0.9)
     smoothed = gaussian_smooth(np.array([noisy[s] for s in range(1, 21)]), 2.0)
     assert series_stat(noisy, "peak", smooth=2.0) == pytest.approx(smoothed.max()) and smoothed.max() < 0.6
+
+
+def test_a_bar_in_a_column_title_stays_inside_its_markdown_cell():
+    from dppo_bench.aggregate.tables import _markdown_row
+
+    assert _markdown_row(["|π − μ| end", "0.1"]) == "| \\|π − μ\\| end | 0.1 |"

@@ -1,173 +1,15 @@
 """The two trainers agree: one update of verl 0.9.1's actor (its FSDP2 engine and ``ppo_loss``, on CPU through the
 plugin's CPU support) and one of the local trainer (:func:`dppo_bench.local.update.update`), on the same batch
-and weights, give the same loss, gradient norm and mask statistics. This is what lets the local backend stand in
-for verl. Every method of the miniature is compared, rollout- and recompute-anchored, binary and Top-K.
+and weights, give the same loss, gradient norm and statistics. This is what lets the local backend stand in
+for verl. Every method of the miniatures is compared: rollout- and recompute-anchored, binary and Top-K, every
+comparison rule (sequence ratio, soft gate, penalty), and verl's own modes, whose local backend calls verl's own
+function (and, in decoupled mode, verl's own rollout correction), as verl's driver and workers do. A method of a
+user's config root, with a hyperparameter the suite has never seen, runs the same way
+(tests/unit/test_new_method.py).
 """
 
 import pytest
-from test_topk_support import result_of, run_python
-
-from dppo_bench.config import find_setting
-from dppo_bench.verl_plugin.run_config import device_env
-
-UPDATE_BOTH = r"""
-import json, os, socket, sys, tempfile
-from pathlib import Path
-from functools import partial
-
-with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
-import torch
-import verl  # the plugin: our loss modes, our patches, and (DPPO_BENCH_VERL_DEVICE=cpu) the CPU platform
-from tensordict import TensorDict
-from verl.trainer.config.config import CheckpointConfig
-from verl.utils import tensordict_utils as tu
-from verl.utils.distributed import initialize_global_process_group_ray
-from verl.workers.config import ActorConfig, FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig
-from verl.workers.engine import EngineRegistry
-from verl.workers.utils.losses import ppo_loss
-
-from dppo_bench.config import find_method, find_setting
-from dppo_bench.divergence import topk_of_log_probs
-from dppo_bench.local.model import build_model, load_model, save_model
-from dppo_bench.local.tokenizer import build_tokenizer
-from dppo_bench.local.update import Batch, Loss, update
-from dppo_bench.methods import get_mask
-from dppo_bench.verl_plugin.hyperparameters import NO_CAP
-
-initialize_global_process_group_ray(timeout_second=60)
-setting = find_setting("tiny_verl_local")
-K, PROMPTS, RESPONSES = setting.local.top_k, [3, 5, 4, 2, 6, 3], [7, 4, 9, 5, 2, 8]
-ADVANTAGES = [1.0, -1.0, 0.5, -0.5, 1.0, -1.0]
-g = torch.Generator().manual_seed(0)
-tokenizer = build_tokenizer()
-model_dir = Path(tempfile.mkdtemp()) / "model"
-save_model(build_model(setting.local.model.model_dump(), tokenizer, seed=0), tokenizer, model_dir)
-V = len(tokenizer)
-
-engine = EngineRegistry.new(
-    model_type="language_model", backend="fsdp2",
-    model_config=HFModelConfig(path=str(model_dir), load_tokenizer=False, use_remove_padding=True,
-                               override_config={"attn_implementation": "sdpa"}),
-    engine_config=FSDPEngineConfig(
-        strategy="fsdp2", fsdp_size=1, use_torch_compile=False, micro_batch_size_per_gpu=len(PROMPTS),
-        infer_micro_batch_size_per_gpu=len(PROMPTS),
-        mixed_precision={"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
-    ),
-    # lr 0: verl's weights stay the initial ones, so every method is compared at the same weights
-    optimizer_config=FSDPOptimizerConfig(lr=0.0, weight_decay=0.0, clip_grad=1.0),
-    checkpoint_config=CheckpointConfig(),
-)
-engine.initialize()
-policy = load_model(model_dir).train()
-initial = {k: v.detach().clone() for k, v in policy.state_dict().items()}
-
-# the batch: random prompts and responses sampled from mu, a perturbed pi (a mismatched rollout engine)
-NOISE = 2.0
-seqs, samples = [], []
-for p, r in zip(PROMPTS, RESPONSES):
-    s = torch.randint(4, V, (p,), generator=g)
-    mu_rows = []
-    with torch.no_grad():
-        for _ in range(r):
-            logits = policy(s[None]).logits[0, -1].float()
-            mu_logits = logits + NOISE * torch.randn(logits.shape, generator=g)
-            token = torch.multinomial(torch.softmax(mu_logits, -1), 1, generator=g)
-            s, mu_rows = torch.cat([s, token]), [*mu_rows, mu_logits]
-        pi = torch.log_softmax(policy(s[None]).logits[0].float(), -1)[p - 1 : p - 1 + r]
-    mu_logits = torch.stack(mu_rows)
-    ids, mu_topk = topk_of_log_probs(mu_logits.float().log_softmax(-1), K, s[p:])
-    # pi_old of the recompute anchor: the policy one update earlier (as for a step's second mini-batch)
-    old = torch.log_softmax(pi + 1.0 * torch.randn(pi.shape, generator=g), -1)
-    seqs.append(s)
-    samples.append({
-        "pi_old": old.gather(-1, s[p:, None]).squeeze(-1),
-        "mu": torch.log_softmax(mu_logits, -1).gather(-1, s[p:, None]).squeeze(-1),
-        "ids": ids, "mu_topk": mu_topk,
-    })
-
-def nested(ts):
-    return torch.nested.as_nested_tensor(ts, layout=torch.jagged)
-
-def verl_batch(anchor):
-    fields = {
-        "input_ids": nested(seqs),
-        "position_ids": nested([torch.arange(len(s)) for s in seqs]),
-        "prompts": nested([s[:p] for s, p in zip(seqs, PROMPTS)]),
-        "responses": nested([s[p:] for s, p in zip(seqs, PROMPTS)]),
-        "response_mask": nested([torch.ones(r, dtype=torch.long) for r in RESPONSES]),
-        "loss_mask": nested([torch.ones(r, dtype=torch.long) for r in RESPONSES]),
-        "advantages": nested([torch.full((r,), a) for r, a in zip(RESPONSES, ADVANTAGES)]),
-        "rollout_topk_ids": nested([x["ids"].int() for x in samples]),
-        "rollout_topk_logprobs": nested([x["mu_topk"] for x in samples]),
-    }
-    if anchor == "rollout":  # bypass mode: old_log_probs is mu
-        fields["old_log_probs"] = nested([x["mu"] for x in samples])
-    else:  # decoupled mode: old_log_probs is the recomputed pi_old, beside rollout IS weights and mu itself
-        fields["old_log_probs"] = nested([x["pi_old"] for x in samples])
-        fields["rollout_is_weights"] = nested([(x["pi_old"] - x["mu"]).exp() for x in samples])
-        fields["rollout_log_probs"] = nested([x["mu"] for x in samples])
-    data = TensorDict(fields, batch_size=[len(seqs)])
-    tu.assign_non_tensor(data, temperature=1.0, use_remove_padding=True, use_dynamic_bsz=False,
-                         micro_batch_size_per_gpu=len(seqs), max_token_len_per_gpu=4096, use_fused_kernels=False,
-                         global_batch_size=len(seqs))
-    return data
-
-def local_batch(anchor):
-    L, T = max(PROMPTS), max(RESPONSES)
-    B = len(seqs)
-    ids = torch.full((B, L + T), tokenizer.pad_token_id)
-    attention = torch.zeros(B, L + T, dtype=torch.bool)
-    per_token = {name: torch.zeros(B, T) for name in ("mu", "pi_old", "adv")}
-    mask = torch.zeros(B, T, dtype=torch.bool)
-    topk_ids, topk_lp = torch.zeros(B, T, K, dtype=torch.long), torch.zeros(B, T, K)
-    for i, (s, p, r) in enumerate(zip(seqs, PROMPTS, RESPONSES)):
-        ids[i, L - p : L + r] = s
-        attention[i, L - p : L + r] = True
-        mask[i, :r] = True
-        per_token["mu"][i, :r], per_token["pi_old"][i, :r] = samples[i]["mu"], samples[i]["pi_old"]
-        per_token["adv"][i, :r] = ADVANTAGES[i]
-        topk_ids[i, :r], topk_lp[i, :r] = samples[i]["ids"], samples[i]["mu_topk"]
-    return Batch(
-        input_ids=ids, attention_mask=attention, prompt_len=L, responses=ids[:, L:], response_mask=mask,
-        mu_log_probs=per_token["mu"], anchor_log_probs=per_token["mu" if anchor == "rollout" else "pi_old"],
-        advantages=per_token["adv"], topk_ids=topk_ids, topk_log_probs=topk_lp,
-    )
-
-out = {}
-for method in sys.argv[1:]:
-    recipe = find_method(method)
-    # the efficiency study's rules have only the efficiency profile
-    profile = "efficiency" if "efficiency" in recipe.hyperparameters else setting.hyperparameter_profile
-    rule, hp = get_mask(recipe.mask), recipe.profile(profile)
-    low, high = rule.low_high(hp.values())
-    alpha = rule.alpha(hp.values())
-    policy_loss = {"loss_mode": recipe.mask, **({"dro_beta": alpha} if alpha is not None else {})}
-    actor = ActorConfig(strategy="fsdp2", rollout_n=1, ppo_micro_batch_size_per_gpu=len(seqs),
-                        ppo_mini_batch_size=len(seqs), clip_ratio_low=low, clip_ratio_high=high,
-                        clip_ratio_c=NO_CAP if hp.is_cap is None else hp.is_cap, loss_agg_mode="token-mean",
-                        policy_loss=policy_loss)
-    with engine.train_mode():
-        trained = engine.train_batch(verl_batch(recipe.anchor), loss_function=partial(ppo_loss, config=actor))
-    metrics = {k: (v.aggregate() if hasattr(v, "aggregate") else v) for k, v in trained["metrics"].items()}
-    policy.load_state_dict(initial)  # the local update moved them
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-4, weight_decay=0.0)
-    loss, grad_norm, stats = update(policy, optimizer, local_batch(recipe.anchor),
-                                    Loss(rule, low, high, hp.is_cap, "token-mean", {}, alpha),
-                                    temperature=1.0, grad_clip=1.0)
-    scalar = lambda v: float(v[0] if isinstance(v, list) else v)
-    out[method] = {
-        "verl": {"loss": scalar(metrics["actor/pg_loss"]), "grad_norm": scalar(metrics["grad_norm"]),
-                 "mask_frac": scalar(metrics["actor/mask_frac"]),
-                 "is_ratio_mean": scalar(metrics["actor/is_ratio_mean"]),
-                 "masked_mu_mean": scalar(metrics["actor/masked_mu_mean"])},
-        "local": {"loss": loss, "grad_norm": grad_norm, "mask_frac": stats["mask_frac"],
-                  "is_ratio_mean": stats["is_ratio_mean"], "masked_mu_mean": stats["masked_mu_mean"]},
-    }
-print("RESULT" + json.dumps(out))
-"""
+from both_backends import one_update_on_both_backends
 
 METHODS = [
     "pg_is",
@@ -183,29 +25,61 @@ METHODS = [
     "dppo_binary_tv_recompute",
     "grpo_relax_both_alpha0p3",
     "grpo_relax_high_alpha0p1",
+    # the comparison rules: token masks, a sequence ratio and mask, a soft gate, a penalty
+    "icepop",
+    "kpop",
+    "vaco",
+    "gspo",
+    "sapo",
+    "dppo_binary_tv_kl",
+    # verl's own modes (bypass mode), and verl's decoupled mode with its rollout correction
+    "verl_vanilla",
+    "verl_dppo_tv",
+    "verl_dppo_kl",
+    "verl_gspo",
+    "verl_sapo",
+    "verl_gpg",
+    "verl_clip_cov",
+    "verl_kl_cov",
+    "verl_geo_mean",
+    "verl_dro",
+    "verl_cispo",
+    "verl_bypass_icepop",
+    "verl_decoupled_token_tis",
+    "verl_decoupled_geo_rs",
 ]
+OURS = ("mask_frac", "is_ratio_mean", "masked_mu_mean")  # every rule of ours reports these
 
 
 @pytest.fixture(scope="module")
 def updates():
-    cpu = device_env(find_setting("tiny_verl"))  # what the launcher gives every process of a CPU run
-    return result_of(run_python(UPDATE_BOTH, *METHODS, **cpu, VERL_USE_EXTERNAL_PLUGINS="auto"))
+    return one_update_on_both_backends(*METHODS)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
 def test_one_update_of_verls_actor_equals_one_of_the_local_trainer(updates, method):
     verl, local = updates[method]["verl"], updates[method]["local"]
-    assert local["grad_norm"] > 0
-    for key in ("loss", "grad_norm", "mask_frac", "is_ratio_mean", "masked_mu_mean"):
+    assert local["grad_norm"] > 0 or method == "verl_decoupled_geo_rs"  # Geo-RS may reject every sequence
+    assert set(verl) == set(local) and (set(OURS) <= set(local) or method.startswith("verl_"))
+    for key in local:
         assert verl[key] == pytest.approx(local[key], rel=1e-4, abs=1e-6, nan_ok=True), key
 
 
 @pytest.mark.slow
 def test_the_comparison_can_tell_methods_apart(updates):
     """The masks act on this batch: methods that mask differ from PG-IS, so equal numbers mean agreement."""
-    masked = {m: updates[m]["local"]["mask_frac"] for m in METHODS}
+    masked = {m: updates[m]["local"]["mask_frac"] for m in METHODS if "mask_frac" in updates[m]["local"]}
     assert masked["pg_is"] == masked["pg_tis"] == 0
     assert all(masked[m] > 0 for m in ("grpo_clip_higher", "dppo_binary_tv", "dppo_topk_kl", "mask_bad_updates"))
     assert masked["minirl"] > 0 and masked["minirl_tis"] > 0  # pi_old != pi: the recompute anchor acts
     assert updates["dppo_binary_tv"]["local"]["loss"] != pytest.approx(updates["pg_is"]["local"]["loss"])
+    assert all(masked[m] > 0 for m in ("icepop", "kpop", "vaco", "gspo", "dppo_binary_tv_kl"))
+    local = {m: updates[m]["local"] for m in METHODS}
+    assert local["sapo"]["gate_mean"] < 1 and local["dppo_binary_tv_kl"]["penalty_mean"] > 0
+    verl_modes = [m for m in METHODS if m.startswith("verl_") and local[m]["grad_norm"] > 0]
+    assert len({round(local[m]["grad_norm"], 6) for m in verl_modes}) >= len(verl_modes) - 2  # they differ
+    # our IcePop is verl's own bypass-mode IcePop, in verl's engine too; verl's DPPO modes are ours in bypass mode
+    for ours, theirs in [("icepop", "verl_bypass_icepop"), ("dppo_binary_tv", "verl_dppo_tv")]:
+        for key in ("loss", "grad_norm"):
+            assert updates[ours]["verl"][key] == pytest.approx(updates[theirs]["verl"][key], rel=1e-5), (ours, key)

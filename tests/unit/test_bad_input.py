@@ -12,7 +12,7 @@ from dppo_bench.config import (
     load_setting,
     setting_data,
 )
-from dppo_bench.eval.spec import load_benchmark
+from dppo_bench.config.specs import load_benchmark
 
 METHOD = """display_name: X
 paper: test
@@ -82,8 +82,8 @@ def setting_file(tmp_path, **changes):
     "changes, field, message",
     [
         pytest.param(
-            {"eval.benchmarks": ["tiny_arith", "aime99"]},
-            "eval.benchmarks.1",
+            {"eval.offline": ["tiny_arith", "aime99"]},
+            "eval.offline.1",
             "unknown benchmark 'aime99'",
             id="unknown benchmark",
         ),

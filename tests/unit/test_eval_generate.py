@@ -251,13 +251,38 @@ def test_resolve_model(tiny_model, tmp_path):
         shutil.copytree(tiny_model, dst)
 
     got = resolve_model(str(root), merge=merge)
-    assert merged == [(actor, actor / "huggingface_merged", "fsdp")]
+    assert merged == [(actor, actor / "huggingface_merged.partial", "fsdp")]  # renamed into place when whole
+    assert not (actor / "huggingface_merged.partial").exists()
     assert (got.kind, got.path) == ("verl", str(actor / "huggingface_merged"))
     assert got.fingerprint == resolve_model(str(tiny_model)).fingerprint
     assert resolve_model(str(root), merge=merge) == got and len(merged) == 1  # merged once
 
     shutil.copytree(tiny_model, actor / "huggingface", dirs_exist_ok=True)  # saved with hf_model
     assert resolve_model(str(actor)).path == str(actor / "huggingface")
+
+    megatron = tmp_path / "megatron" / "global_step_5" / "actor"  # verl's Megatron layout v2: the model is HF
+    shutil.copytree(tiny_model, megatron / "model" / "huggingface")
+    (megatron / "optimizer").mkdir()
+    assert resolve_model(str(megatron.parent)).path == str(megatron / "model" / "huggingface")
+    (megatron / "model" / "huggingface" / "adapter").mkdir()  # LoRA: those are the base model's weights
+    with pytest.raises(ValueError, match="adapter: a LoRA adapter; generating from a LoRA checkpoint is not supported"):
+        resolve_model(str(megatron))
+
+
+def test_a_merge_cut_short_leaves_no_model_behind(tiny_model, tmp_path):
+    actor = tmp_path / "global_step_4" / "actor"
+    (actor / "huggingface").mkdir(parents=True)
+    (actor / "model_world_size_1_rank_0.pt").write_bytes(b"")
+
+    def killed(src, dst, backend):
+        shutil.copytree(tiny_model, dst)
+        raise KeyboardInterrupt  # the job was cancelled while the merger wrote
+
+    with pytest.raises(KeyboardInterrupt):
+        resolve_model(str(actor), merge=killed)
+    assert not (actor / "huggingface_merged").exists()
+    merged = resolve_model(str(actor), merge=lambda src, dst, backend: shutil.copytree(tiny_model, dst))
+    assert merged.path == str(actor / "huggingface_merged")
 
 
 def test_generate_then_score_on_cpu(tiny_model, tmp_path, capsys):

@@ -10,11 +10,11 @@ import pytest
 from snakemake_fixtures import ENV, recipe_root
 
 from dppo_bench.config.roots import ROOT_VARIABLE
+from dppo_bench.config.specs import load_benchmark
 from dppo_bench.eval.data import HashMismatch, load_problem_set, problems_for
 from dppo_bench.eval.pins import check_file, check_present_sources, pin_of
 from dppo_bench.eval.prepare import prepare
 from dppo_bench.eval.prompts import load_prompt
-from dppo_bench.eval.spec import load_benchmark
 
 WRONG = "ab" * 32
 

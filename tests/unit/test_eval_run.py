@@ -6,6 +6,8 @@ import shutil
 import pytest
 
 from dppo_bench.cli import main
+from dppo_bench.config.specs import load_benchmark
+from dppo_bench.eval.protocol import protocol_sha256, spec_sha256
 from dppo_bench.eval.run_eval import evaluate_run
 from dppo_bench.eval.samples import read_samples
 from dppo_bench.io import file_sha256
@@ -29,6 +31,14 @@ def dump_rows(step, correct):
     return rows
 
 
+AIME24 = load_benchmark("aime24")
+VALIDATED = {
+    "id": "aime24",
+    "spec_sha256": spec_sha256(AIME24),
+    "sampling": {"n": 32, "temperature": 0.7, "top_p": 0.95, "max_tokens": 16384},
+}
+
+
 @pytest.fixture
 def run(tmp_path):
     run = RunDir(tmp_path / "run").create()
@@ -40,6 +50,7 @@ def run(tmp_path):
             "seed": 0,
             "last_step": 5,
             "setting_config": {"train": {"max_response_length": 16384}},
+            "inputs": {"val": [VALIDATED]},  # what the launcher records of an online benchmark
         }  # fmt: skip
     )
     (run.path / "validation").mkdir()
@@ -96,8 +107,11 @@ def test_the_command_writes_the_summary(run, tmp_path):
         "benchmark": "aime24",
         "n": 32,
         "metric": "avg@32",
+        "source": "online validation",
+        "protocol_sha256": protocol_sha256(AIME24, [0, 5], 16384),  # what makes it current (or out of date)
         "steps": {"0": 0.625, "5": 0.25},
         "not_reached": [],
+        "not_saved": [],
         "records": {f"step{s}/scores.json": file_sha256(path) for s, path in scores.items()},  # what it vouches for
     }
 
@@ -112,7 +126,16 @@ def local_run(tmp_path):
     from dppo_bench.local.tokenizer import build_tokenizer
 
     run = RunDir(tmp_path / "run").create()
-    run.write_run({"setting": "tiny_test", "method": "pg_is", "seed": 0, "backend": "local", "last_step": 0})
+    run.write_run(
+        {
+            "setting": "tiny_test",
+            "method": "pg_is",
+            "seed": 0,
+            "backend": "local",
+            "last_step": 0,
+            "setting_config": {"train": {"max_prompt_length": 8, "max_response_length": 32}},
+        }
+    )
     tok = build_tokenizer()
     arch = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
     save_model(build_model(arch, tok, seed=0), tok, run.checkpoint_dir(0))

@@ -176,3 +176,23 @@ def test_fig6_fig12_and_appendix_d_statistics_are_recorded(tmp_path, monkeypatch
         else:
             assert row["tr/masked_mu_mean"] is None and row["tr/masked_pi_mean"] is None  # undefined, as null
     assert any(r["tr/mask_frac"] > 0 for r in rows), "the run should clip some tokens"
+
+
+@pytest.mark.parametrize(
+    ("method", "names"),
+    [
+        ("gspo", {"tr/mask_frac", "tr/is_ratio_mean"}),  # a sequence-level ratio and mask
+        ("sapo", {"tr/gate_mean"}),  # a soft gate
+        ("dppo_binary_tv_kl", {"tr/penalty_mean", "tr/mask_frac"}),  # a penalty beside a mask
+        ("verl_gspo", {"tr/pg_clipfrac", "tr/ppo_kl"}),  # verl's own function, bypass mode
+        ("verl_decoupled_geo_rs", {"tr/pg_clipfrac", "tr/ppo_kl"}),  # decoupled, with verl's rejection sampling
+        ("verl_bypass_icepop", {"tr/ppo_kl"}),  # verl's bypass_mode loss with its correction inside
+    ],
+)
+def test_every_kind_of_method_trains_and_records_its_statistics(inputs, tmp_path, method, names):
+    _, outcome = fit(inputs, method, tmp_path)
+    assert outcome == {"status": "completed", "last_step": 4}
+    rows = RunDir(tmp_path).read_metrics()
+    assert names <= set(rows[-1])
+    if find_method(method).verl is not None:
+        assert "tr/mask_frac" not in rows[-1]  # verl's functions report their own statistics, not our surrogate's

@@ -4,13 +4,20 @@ directory, and metrics.jsonl (the record) is the one a run without wandb writes.
 import json
 import math
 import struct
+import sys
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from local_fixtures import build_run_inputs, write_setting
 from wandb.proto import wandb_internal_pb2
 
 from dppo_bench import cli
+from dppo_bench.commands.train import wandb_run
+from dppo_bench.config import find_method, find_setting
+from dppo_bench.config.runs import resolve_run
 from dppo_bench.rundir import RunDir
+from dppo_bench.verl_plugin.run_config import RunPaths, run_overrides
 
 BLOCK = 32768  # the .wandb file: a 7-byte file header, then LevelDB-style log blocks of chunks of records
 
@@ -90,3 +97,18 @@ def test_the_environment_switch_is_an_alias(monkeypatch):
     assert cli.build_parser().parse_args(argv).wandb is True
     monkeypatch.setenv("DPPO_BENCH_WANDB", "")
     assert cli.build_parser().parse_args(argv).wandb is False
+
+
+def test_a_local_run_is_named_as_verl_names_its_runs(tmp_path, monkeypatch):
+    """One name for one run on either backend: the local wandb run's project and name are verl's overrides'."""
+    seen = {}
+    monkeypatch.setitem(sys.modules, "wandb", SimpleNamespace(init=lambda **kwargs: seen.update(kwargs)))
+    run_dir = RunDir(tmp_path / "run").create()
+    run_dir.write_run({"hyperparameters": {}})
+    setting, recipe = find_setting("sanity_r1d_1p5b"), find_method("dppo_binary_tv")
+    wandb_run(run_dir, setting, recipe, 3)
+    paths = RunPaths(tmp_path, tmp_path / "t.parquet", (tmp_path / "a.parquet",), tmp_path / "log.jsonl")
+    overrides = run_overrides(resolve_run(setting, recipe, 3), paths)
+    verl = dict(o.split("=", 1) for o in overrides if o.startswith("trainer."))
+    assert (seen["project"], seen["name"]) == (verl["trainer.project_name"], verl["trainer.experiment_name"])
+    assert seen["name"] == "sanity_r1d_1p5b__dppo_binary_tv__seed3" and Path(seen["dir"]) == run_dir.path

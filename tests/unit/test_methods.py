@@ -16,11 +16,10 @@ def masked(name, mu, pi, adv, *, pi_old=None, profile="sanity", topk_divergence=
     """Mask of method recipe ``name`` at its paper values, for tokens given as probabilities."""
     recipe = RECIPES[name]
     rule = get_mask(recipe.mask)
-    hp = recipe.profile(profile).values()
-    low, high = rule.low_high(hp)
+    hp = recipe.profile(profile)
     anchor = pi_old if recipe.anchor == "recompute" else mu
     t = Tokens(torch.tensor(pi).log(), torch.tensor(anchor).log(), torch.tensor(adv), topk_divergence)
-    return rule(t, low, high, rule.alpha(hp)).tolist()
+    return rule(t, *rule.args(hp)).tolist()
 
 
 # (mu, pi, A): the paper's two tokens (Sec. 4.2), updates pulling back, a bad update, A = 0.
@@ -77,18 +76,16 @@ def test_the_paper_tokens_through_the_real_divergences_masks_and_loss():
     for name, stopped in (("dppo_binary_tv", 0), ("grpo_clip_higher", 1)):
         recipe = RECIPES[name]
         rule = get_mask(recipe.mask)
-        low, high = rule.low_high(recipe.profile("sanity").values())
+        values = rule.values(**{**recipe.profile("sanity").values(), "is_cap": None})
         log_prob = log_pi.clone().requires_grad_()
         loss, stats = surrogate_loss(
             rule,
+            values,
             log_prob=log_prob,
             mu_log_prob=log_mu,
             anchor_log_prob=log_mu,
             advantages=torch.tensor([adv]),
             response_mask=torch.ones(1, 2, dtype=torch.bool),
-            low=low,
-            high=high,
-            is_cap=None,
         )
         loss.backward()
         grad = log_prob.grad[0].tolist()
@@ -182,34 +179,35 @@ def random_batch(gen, B=6, T=9, spread=0.4):
     return log_mu, log_pi, log_old, adv, mask
 
 
-@pytest.mark.parametrize("name", sorted(n for n in RECIPES if not get_mask(RECIPES[n].mask).needs_topk))
+# the rules of the surrogate's paper form: a hard mask on a token-level ratio, no penalty
+TOKEN_MASK_RECIPES = sorted(
+    n for n, r in RECIPES.items() if r.rule is not None and r.rule.is_token_mask and not r.rule.needs_topk
+)
+
+
+@pytest.mark.parametrize("name", TOKEN_MASK_RECIPES)
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"])
 def test_gradient_is_minus_A_times_capped_ratio_times_mask(gen, name, agg):
     recipe = RECIPES[name]
     rule = get_mask(recipe.mask)
-    hp = next(iter(recipe.hyperparameters.values()))
-    low, high = rule.low_high(hp.values())
-    alpha = rule.alpha(hp.values())
+    hp = recipe.profile(next(iter(recipe.hyperparameters)))
     log_mu, log_pi, log_old, adv, mask = random_batch(gen)
     anchor = log_old if recipe.anchor == "recompute" else log_mu
     log_prob = log_pi.clone().requires_grad_()
     mu_req = log_mu.clone().requires_grad_()
     loss, stats = surrogate_loss(
         rule,
+        hp,
         log_prob=log_prob,
         mu_log_prob=mu_req,
         anchor_log_prob=anchor,
         advantages=adv,
         response_mask=mask,
-        low=low,
-        high=high,
-        alpha=alpha,
-        is_cap=hp.is_cap,
         loss_agg_mode=agg,
     )
     loss.backward()
     assert mu_req.grad is None, "no gradient may flow through mu"
-    M = ~rule(Tokens(log_pi, anchor, adv), low, high, alpha)
+    M = ~rule(Tokens(log_pi, anchor, adv, response_mask=mask), *rule.args(hp))
     weight = (log_pi - log_mu).exp()
     if hp.is_cap is not None:
         weight = weight.clamp(max=hp.is_cap)
@@ -232,14 +230,12 @@ def test_cap_truncates_the_weight():
     lp = log_pi.clone().requires_grad_()
     loss, stats = surrogate_loss(
         rule,
+        rule.values(is_cap=3.0),
         log_prob=lp,
         mu_log_prob=log_mu,
         anchor_log_prob=log_mu,
         advantages=torch.ones(1, 2),
         response_mask=torch.ones(1, 2, dtype=torch.bool),
-        low=0.0,
-        high=0.0,
-        is_cap=3.0,
     )
     loss.backward()
     torch.testing.assert_close(lp.grad, torch.tensor([[-3.0 / 2, -1.0 / 2]]))
@@ -255,14 +251,12 @@ def test_statistics_closed_form():
     mask = torch.tensor([[True, True, True, True, False]])
     _, stats = surrogate_loss(
         get_mask("dppo_binary_tv"),
+        get_mask("dppo_binary_tv").values(delta=0.15, is_cap=None),
         log_prob=pi.log(),
         mu_log_prob=mu.log(),
         anchor_log_prob=mu.log(),
         advantages=adv,
         response_mask=mask,
-        low=0.15,
-        high=0.15,
-        is_cap=None,
     )
     diff = [0.80 - 0.99, 1e-2 - 1e-4, 0.3 - 0.9, 0.6 - 0.5]
     expected = {
@@ -296,14 +290,12 @@ def test_fractions_over_nonzero_advantage_and_masked_token_means():
     mask = torch.tensor([[True, True, True, True, True, False]])  # the last token is padding
     _, stats = surrogate_loss(
         get_mask("grpo_clip_higher"),
+        get_mask("grpo_clip_higher").values(eps_low=0.2, eps_high=0.28, is_cap=None),
         log_prob=pi.log(),
         mu_log_prob=mu.log(),
         anchor_log_prob=mu.log(),
         advantages=adv,
         response_mask=mask,
-        low=0.2,
-        high=0.28,
-        is_cap=None,
         entropy=entropy,
     )
     assert stats["mask_frac"] == pytest.approx(2 / 5)
@@ -319,14 +311,12 @@ def test_empty_response_mask_gives_finite_stats():
     lp = torch.zeros(2, 3).log_softmax(-1).requires_grad_()
     loss, stats = surrogate_loss(
         get_mask("dppo_binary_kl"),
+        get_mask("dppo_binary_kl").values(delta=0.05, is_cap=None),
         log_prob=lp,
         mu_log_prob=lp.detach(),
         anchor_log_prob=lp.detach(),
         advantages=torch.ones(2, 3),
         response_mask=torch.zeros(2, 3, dtype=torch.bool),
-        low=0.05,
-        high=0.05,
-        is_cap=None,
         loss_agg_mode="seq-mean-token-sum",
     )
     undefined = {"masked_mu_mean", "masked_pi_mean", "masked_entropy_mean"}  # means over no masked token

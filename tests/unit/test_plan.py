@@ -23,6 +23,16 @@ def test_fig8_gpu_hours_are_the_sum_of_nodes_gpus_and_runtime_from_the_setting_f
     assert out.count("| missing |") == 8 and "4 x 8 GPUs x 72 h" in out
 
 
+def test_verl_on_the_cpu_costs_no_gpu_hours(capsys):
+    """tiny_verl (verl.device: cpu) is bounded by its run-time limit on the machine it runs on, not GPU-hours."""
+    assert main(["plan", "verl_cpu", "--runs", "/nonexistent"]) == 0
+    out = capsys.readouterr().out
+    limit = find_setting("tiny_verl").verl.runtime_min
+    assert out.count(f"| 1 x CPU x {limit / 60:g} h | - | limit {limit} (wall) | missing |") == 12
+    assert "GPU-hours:" not in out  # no GPU total
+    assert f"verl on the CPU: 12 job(s), at most {12 * limit} wall-clock minutes" in out
+
+
 def write_run(root, setting, method, seed, *, status, steps, step_s, recipe_sha=None, done=False):
     run = RunDir(root / setting.id / method / f"seed{seed}")
     run.path.mkdir(parents=True)

@@ -4,6 +4,7 @@ import pytest
 
 from dppo_bench.config import ConfigError, load_method, load_methods
 from dppo_bench.verl_plugin.compose import compose_ppo_config, to_dataclasses
+from dppo_bench.verl_plugin.hyperparameters import LOSS_ENV, decode
 from dppo_bench.verl_plugin.overrides import method_overrides
 
 RECIPES = load_methods()
@@ -37,7 +38,7 @@ def test_recipes_hold_the_paper_values(key):
 
 
 def test_anchors_and_display_names():
-    recompute = {n for n, r in RECIPES.items() if r.anchor == "recompute"}
+    recompute = {n for n, r in RECIPES.items() if r.anchor == "recompute" and r.rule is not None}  # ours, not verl's
     assert recompute == {
         "minirl",
         "minirl_tis",
@@ -100,7 +101,14 @@ def test_a_null_cap_means_no_cap(tmp_path, text):
     path = tmp_path / "good_method.yaml"
     path.write_text(text)
     assert load_method(path).profile("sanity").is_cap is None
-    assert "actor_rollout_ref.actor.clip_ratio_c=10000.0" in method_overrides(load_method(path), "sanity")
+    assert channel(load_method(path), "sanity").is_cap is None  # what the loss reads in verl's workers
+
+
+def channel(recipe, profile):
+    """The values our channel carries to verl's workers for ``recipe`` at ``profile``, decoded as the loss does."""
+    prefix = f"+ray_kwargs.ray_init.runtime_env.env_vars.{LOSS_ENV}="
+    (text,) = [o.removeprefix(prefix) for o in method_overrides(recipe, profile) if o.startswith(prefix)]
+    return decode(recipe.rule, text.strip("'"))
 
 
 def test_unreadable_recipes(tmp_path):
@@ -123,9 +131,8 @@ def test_overrides_bypass_for_rollout_anchor():
     ov = method_overrides(RECIPES["dppo_binary_tv"], "scaling")
     assert ov == [
         "actor_rollout_ref.actor.policy_loss.loss_mode=dppo_binary_tv",
-        "actor_rollout_ref.actor.clip_ratio_low=0.2",
-        "actor_rollout_ref.actor.clip_ratio_high=0.2",
-        "actor_rollout_ref.actor.clip_ratio_c=5.0",
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.{LOSS_ENV}="
+        """'{"hyperparameters":{"delta":0.2,"is_cap":5.0},"module":null,"rule":"dppo_binary_tv"}'""",
         "actor_rollout_ref.rollout.calculate_log_probs=True",
         "algorithm.rollout_correction.bypass_mode=True",
         "algorithm.rollout_correction.rollout_is=null",
@@ -136,9 +143,7 @@ def test_overrides_bypass_for_rollout_anchor():
 def test_overrides_decoupled_for_recompute_anchor():
     ov = method_overrides(RECIPES["minirl_tis"], "sanity")
     assert "actor_rollout_ref.actor.policy_loss.loss_mode=minirl_tis" in ov
-    assert "actor_rollout_ref.actor.clip_ratio_low=0.2" in ov
-    assert "actor_rollout_ref.actor.clip_ratio_high=0.28" in ov
-    assert "actor_rollout_ref.actor.clip_ratio_c=3.0" in ov
+    assert channel(RECIPES["minirl_tis"], "sanity").values() == {"eps_low": 0.2, "eps_high": 0.28, "is_cap": 3.0}
     assert "algorithm.rollout_correction.bypass_mode=False" in ov
     assert "algorithm.rollout_correction.rollout_is=token" in ov
     assert "algorithm.rollout_correction.rollout_is_threshold=1000000000000.0" in ov
@@ -147,14 +152,25 @@ def test_overrides_decoupled_for_recompute_anchor():
 MINIMAL = ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2"]
 
 
-@pytest.mark.parametrize("name", sorted(RECIPES))
-def test_every_recipe_composes_into_verls_config(name):
+def composition_cases():
+    """Every recipe and profile; the first profile of each recipe of ours by default, the rest marked slow (one of
+    each kind of verl's modes composes by default in test_verl_hyperparameters)."""
+    for name, recipe in sorted(RECIPES.items()):
+        for i, profile in enumerate(sorted(recipe.hyperparameters)):
+            fast = i == 0 and recipe.rule is not None
+            yield pytest.param(name, profile, marks=() if fast else pytest.mark.slow, id=f"{name}-{profile}")
+
+
+@pytest.mark.parametrize(("name", "profile"), composition_cases())
+def test_every_recipe_composes_into_verls_config(name, profile):
     recipe = RECIPES[name]
-    for profile, hp in recipe.hyperparameters.items():
-        typed = to_dataclasses(compose_ppo_config(method_overrides(recipe, profile) + MINIMAL))
-        actor, rc = typed["actor"], typed["rollout_correction"]
-        assert actor.policy_loss.loss_mode == recipe.mask
-        assert actor.clip_ratio_c == (hp.is_cap or 1e4)
-        assert rc.bypass_mode is (recipe.anchor == "rollout")
+    hp = recipe.profile(profile)
+    cfg = compose_ppo_config(method_overrides(recipe, profile) + MINIMAL)
+    typed = to_dataclasses(cfg)
+    actor, rc = typed["actor"], typed["rollout_correction"]
+    assert actor.policy_loss.loss_mode == recipe.loss_mode
+    if recipe.rule is not None:
+        assert decode(recipe.rule, cfg.ray_kwargs.ray_init.runtime_env.env_vars[LOSS_ENV]).is_cap == hp.is_cap
         assert rc.rollout_is == (None if recipe.anchor == "rollout" else "token")
-        assert typed["rollout"].calculate_log_probs is True
+    assert rc.bypass_mode is (recipe.anchor == "rollout")
+    assert typed["rollout"].calculate_log_probs is True

@@ -119,7 +119,7 @@ def test_what_a_kill_leaves_resumes_to_the_uninterrupted_run(finished, copy):
 
 
 def test_garbled_json_records_name_their_file(copy):
-    _, run_dir = copy
+    run, run_dir = copy
     run_dir.run_json.write_text('{"status": "comp')
     with pytest.raises(CorruptFileError, match=f"{run_dir.run_json}: not valid JSON"):
         run_dir.read_run()
@@ -127,7 +127,7 @@ def test_garbled_json_records_name_their_file(copy):
     scores.parent.mkdir(parents=True)
     scores.write_bytes(b"\x00\x00")
     with pytest.raises(CorruptFileError, match=f"{scores}: not valid JSON"):
-        eval_series(run_dir.path)
+        eval_series(run_dir, run.setting)
 
 
 def test_a_row_without_an_integer_step_is_named(tmp_path):
@@ -142,7 +142,9 @@ def test_scores_made_with_another_eval_spec_are_refused(tmp_path, capsys):
 
     data = tmp_path / "problems.jsonl"
     data.write_text(json.dumps({"id": "a", "problem": "1+1=", "answer": "2"}) + "\n")
-    RunDir(tmp_path / "run").create().write_run({"setting": "s", "method": "m", "seed": 0, "backend": "local"})
+    record = {"setting": "s", "method": "m", "seed": 0, "backend": "local"}
+    config = {"train": {"max_prompt_length": 8, "max_response_length": 32}}
+    RunDir(tmp_path / "run").create().write_run({**record, "setting_config": config})
     scores = tmp_path / "run" / "eval" / "tiny_arith" / "step0" / "scores.json"
     scores.parent.mkdir(parents=True)
     sampling = {"n": 8, "temperature": 0.6, "top_p": 0.95, "max_tokens": 32, "seed": 0}  # the spec now has n: 4

@@ -20,8 +20,8 @@ def with_train(setting, **update):
 
 
 def with_profile(recipe, **update):
-    profiles = {name: hp.model_copy(update=update) for name, hp in recipe.hyperparameters.items()}
-    return recipe.model_copy(update={"hyperparameters": profiles})
+    profiles = {name: {**given, **update} for name, given in recipe.hyperparameters.items()}
+    return type(recipe).model_validate({**recipe.model_dump(), "hyperparameters": profiles})
 
 
 @pytest.mark.parametrize(
@@ -83,3 +83,41 @@ def test_a_killed_run_resumes_with_a_longer_time_limit_but_not_another_lr(tmp_pa
     run.start(with_verl(VERL, runtime_min=VERL.verl.runtime_min + 60), RECIPE, 0, {})
     with pytest.raises(ValueError, match="holds a different run"):
         run.start(with_train(VERL, lr=VERL.train.lr * 2), RECIPE, 0, {})
+
+
+# Each recipe's identity as the suite computed it before rules declared their own hyperparameters (commit 59c4d93):
+# finished runs of these recipes stay finished, and a killed one still resumes.
+IDENTITIES_BEFORE_DECLARED_HYPERPARAMETERS = {
+    "dppo_binary_kl": "a166abcee0ed500844a73216e23821f50a4e60a56c26343bdaf94acab4b7bcf9",
+    "dppo_binary_kl_delta0p10": "322e554ab08f95e076c689db771b594827cf9929d32292ac3468dfdbed352d8a",
+    "dppo_binary_kl_delta0p15": "2b3506f354dca9956affae180512250ae2bb2b40b008807228f4cdfd68152a92",
+    "dppo_binary_kl_recompute": "dfb5ff2827ddea66dd511770b6336f0866d6f9eafbe2311a7554dc334472883e",
+    "dppo_binary_tv": "364cecd08a10ccb1a67f87a95d563abb81a81c74b0856f4d2d1d490d0423aa62",
+    "dppo_binary_tv_delta0p10": "cac3f38add952eb37535721deafc298213b0f2aa9bf886bb2792c548f8de64ac",
+    "dppo_binary_tv_delta0p15": "2ba176a26d11e8a56794b2c77e5cd99c9a3f5d8d2e1a64b5c0e84a10ca219285",
+    "dppo_binary_tv_recompute": "1a72425d23a6f7ca243796b6238f0bb0e2eb74c510d7829932fd178dfcacd33f",
+    "dppo_topk_kl": "3137aa4569906fb648aa55cc287a39b5a1d18a3a6ab92335e640ed122ce58356",
+    "dppo_topk_tv": "b86d7ca7d6a58f22d531c23c64bef7ead9b6850a2009511e5c47d737434ff2bd",
+    "grpo_clip_higher": "bbd08b232c3e5abb5153892f5080a209eb049c35d1920bf2165c6e1a59c29a20",
+    "grpo_eps_high0p20": "f8ec216c6d77c01635eaace7f65da424b5b3577b710e9c81dabb8247376efc36",
+    "grpo_eps_high0p28": "3623c8cbb2fffc11436b8ed65dfcf5b8c55c7b7f6ecfea23594f755aba3a08cb",
+    "grpo_relax_both_alpha0p0": "3c9f8bb8792ea4f9a9c91eed0a9bb77f46802e2d9efa695d4ee2916dde6dba13",
+    "grpo_relax_both_alpha0p1": "e41950831df66ac4208cf9403df7d74219d2a74d48a80235b2f0c89d6ffba780",
+    "grpo_relax_both_alpha0p3": "1e6a4376205affbdf8a300d47805b1cbe8ce3cea85afea2bfb6ad40c90f9b05e",
+    "grpo_relax_both_alpha0p5": "685571f2af120cc3fa67fd49b4a5d78add3c852a96a28672bfcff150186553b4",
+    "grpo_relax_both_alpha0p7": "f745084b68452d9be7cb0c0aa356290ec8187684864d52d6b0bd38a365d5fe18",
+    "grpo_relax_high_alpha0p1": "10d0ee7699081f0235800aeb32fcd585afe03a125a18385357698085fbb4254e",
+    "grpo_relax_low_alpha0p1": "2028f847cf854b12799f792338bc796db3790f021a8c4a279ed3a5a6d0dcde51",
+    "mask_bad_updates": "7361762eb1900ced2f0a187e2bc84372fa248a8fb033242e5b20fb3bbc00971b",
+    "mask_bad_updates_0p8": "41e652742e4b2b5a1b4751523a3932529a0a0c1791f98bcf366f73b1b3f3ab3e",
+    "mask_bad_updates_recompute": "930d49e0b7e80c37a10212b814738b7d2e12e37a25b918b981985d9bb4b962b4",
+    "minirl": "f673cb9b57d7f7fd4cbda2f4bb02c106e49e5b2440d2df7593e084f079dc4283",
+    "minirl_tis": "628aae8ded119f9f60bb7ea33d6dc06f0b8dd71365208cbe429e94bb59547a21",
+    "pg_is": "9f3b716876af9201ff9524c6d8bc74ec88356b97c2503e1868c9e9de344727ac",
+    "pg_tis": "a589312356b63ea3f6951e5dab3e3d4f7d40d2f1c5ce0c07b479d47cbc2a44cf",
+}
+
+
+@pytest.mark.parametrize("method", sorted(IDENTITIES_BEFORE_DECLARED_HYPERPARAMETERS))
+def test_a_recipe_keeps_the_identity_its_runs_recorded(method):
+    assert find_method(method).sha256() == IDENTITIES_BEFORE_DECLARED_HYPERPARAMETERS[method]

@@ -4,8 +4,8 @@ import pytest
 import yaml
 
 from dppo_bench.config import EXPERIMENTS_DIR, SETTINGS_DIR, ConfigError, load_experiment, load_setting, read_yaml
+from dppo_bench.config.specs import load_benchmarks
 from dppo_bench.config.suite import check_eval_metrics, check_setting, load_suite
-from dppo_bench.eval.spec import load_benchmarks
 
 
 def write(path, data):
@@ -21,10 +21,10 @@ def test_the_checkout_passes_every_start_check():
 @pytest.mark.parametrize("benchmark", ["math500", "aime24"])
 def test_a_local_setting_naming_a_benchmark_the_tiny_model_cannot_answer_is_an_error(tmp_path, benchmark):
     data = read_yaml(SETTINGS_DIR / "tiny_sanity.yaml")
-    data["eval"]["benchmarks"] = ["tiny_arith", benchmark]
+    data["eval"]["offline"] = ["tiny_arith", benchmark]
     path = write(tmp_path / "tiny_bad.yaml", data)
     setting = load_setting(path)  # valid on its own: the benchmark exists
-    with pytest.raises(ConfigError, match=f"tiny_bad.yaml: field 'eval.benchmarks.1': benchmark '{benchmark}' cannot"):
+    with pytest.raises(ConfigError, match=f"tiny_bad.yaml: field 'eval.offline.1': benchmark '{benchmark}' cannot"):
         check_setting(setting, path, load_benchmarks())
 
 

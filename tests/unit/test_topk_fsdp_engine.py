@@ -13,6 +13,8 @@ import pytest
 from test_topk_support import result_of, run_python
 
 from dppo_bench.config import find_setting
+from dppo_bench.methods import get_mask
+from dppo_bench.verl_plugin.hyperparameters import LOSS_ENV, encode
 from dppo_bench.verl_plugin.run_config import device_env
 
 ENGINE_CHECK = r"""
@@ -124,7 +126,9 @@ print("RESULT" + json.dumps(out))
 @pytest.fixture(scope="module")
 def engine_run():
     cpu = device_env(find_setting("tiny_verl"))  # verl on the CPU, as the launcher sets it up
-    return result_of(run_python(ENGINE_CHECK, "dppo_topk_tv", **cpu, VERL_USE_EXTERNAL_PLUGINS="auto"))
+    rule = get_mask("dppo_topk_tv")
+    channel = {LOSS_ENV: encode(rule, rule.values(delta=0.05, is_cap=None))}  # as Ray gives it to a worker
+    return result_of(run_python(ENGINE_CHECK, "dppo_topk_tv", **cpu, **channel, VERL_USE_EXTERNAL_PLUGINS="auto"))
 
 
 @pytest.mark.slow

@@ -1,5 +1,7 @@
 """The Top-K modes through verl 0.9.1's own ``ppo_loss`` on CPU (as patched by the plugin)."""
 
+import os
+
 import pytest
 import torch
 from tensordict import TensorDict
@@ -9,6 +11,8 @@ from verl.workers.config import ActorConfig
 from verl.workers.utils import losses as verl_losses
 
 import dppo_bench.verl_plugin.entry  # noqa: F401  (registers the modes, installs the patches)
+from dppo_bench.methods import get_mask
+from dppo_bench.verl_plugin.hyperparameters import LOSS_ENV, encode
 from dppo_bench.verl_plugin.loss_inputs import current
 from dppo_bench.verl_plugin.topk.fields import DIVERGENCE_KEYS
 from dppo_bench.verl_plugin.topk.hooks import original_of
@@ -53,7 +57,16 @@ def inputs(gen):
     return data, model_output, log_pi, log_mu, adv, mask, div
 
 
+@pytest.fixture(autouse=True)
+def restore_channel(monkeypatch):
+    """Each test's channel (set by ``config``) ends with the test."""
+    monkeypatch.delenv(LOSS_ENV, raising=False)
+
+
 def config(mode, cap=1e4):
+    """verl's actor config selecting ``mode``, with our channel carrying delta and the cap, as Ray gives it."""
+    rule = get_mask(mode)
+    os.environ[LOSS_ENV] = encode(rule, rule.values(delta=DELTA, is_cap=None if cap >= 1e4 else cap))
     return ActorConfig(
         strategy="fsdp",
         ppo_micro_batch_size_per_gpu=2,

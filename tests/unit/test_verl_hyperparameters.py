@@ -1,52 +1,107 @@
-"""The one encoding of a method's hyperparameters into verl's keys, and its inverse in the loss."""
+"""The one channel that carries our rules' hyperparameters to verl's workers, and verl's own keys for verl's modes:
+every recipe and profile, written as overrides, parsed as Hydra parses them, and read back as the loss reads them."""
+
+import json
 
 import pytest
-from omegaconf import OmegaConf
+from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from dppo_bench.config import ConfigError, find_method, load_method, load_methods
+from dppo_bench.config import load_methods
 from dppo_bench.methods import get_mask
-from dppo_bench.verl_plugin.hyperparameters import ALPHA, NO_CAP, LossValues, from_verl, to_verl
-from dppo_bench.verl_plugin.overrides import ACTOR, method_overrides
+from dppo_bench.methods.verl_losses import actor_config
+from dppo_bench.verl_plugin.compose import compose_ppo_config, to_dataclasses
+from dppo_bench.verl_plugin.hyperparameters import LOSS_ENV, ChannelError, current_values, decode, encode, hydra_value
+from dppo_bench.verl_plugin.overrides import method_overrides
 
-CASES = [(m, p) for m, recipe in sorted(load_methods().items()) for p in sorted(recipe.hyperparameters)]
+RECIPES = load_methods()
+CASES = [(m, p) for m, recipe in sorted(RECIPES.items()) for p in sorted(recipe.hyperparameters)]
+ENV_KEY = f"ray_kwargs.ray_init.runtime_env.env_vars.{LOSS_ENV}"
+# verl's keys of the loss: none of them may carry a value of one of our rules
+VERL_LOSS_KEYS = tuple(f"actor_rollout_ref.actor.{k}" for k in ("clip_ratio", "policy_loss.", "tau_"))
 
 
-def actor_config(keys: dict) -> object:
-    """verl's actor section as the loss receives it, from the keys the overrides set."""
-    config = OmegaConf.create(
-        {"clip_ratio": 0.2, "clip_ratio_low": None, "clip_ratio_high": None, "clip_ratio_c": 3.0, "policy_loss": {}}
-    )
-    for key, value in keys.items():
-        OmegaConf.update(config, key, value, force_add=True)
-    return config
+def parsed(overrides: list[str]) -> dict:
+    """key -> value, as Hydra parses the override strings (quotes, null, numbers)."""
+    return {o.key_or_group: o.value() for o in OverridesParser.create().parse_overrides(overrides)}
 
 
 @pytest.mark.parametrize(("method", "profile"), CASES)
-def test_every_recipe_and_profile_round_trips_through_verls_keys(method, profile):
-    recipe = find_method(method)
-    rule = get_mask(recipe.mask)
-    values = LossValues.of(rule, recipe.profile(profile))
-    assert from_verl(rule, actor_config(to_verl(values))) == values
-    overrides = method_overrides(recipe, profile)
-    written = {o.split("=", 1)[0].removeprefix(f"{ACTOR}."): float(o.split("=", 1)[1]) for o in overrides
-               if o.startswith(f"{ACTOR}.clip_ratio") or o.startswith(f"{ACTOR}.{ALPHA}")}  # fmt: skip
-    assert written == to_verl(values)  # the overrides are the encoding, nothing else
+def test_every_recipe_and_profile_round_trips(method, profile):
+    recipe = RECIPES[method]
+    values = recipe.profile(profile)
+    written = parsed(method_overrides(recipe, profile))
+    assert written["actor_rollout_ref.actor.policy_loss.loss_mode"] == recipe.loss_mode
+    if recipe.rule is not None:  # our channel, and nothing in verl's loss keys
+        assert decode(recipe.rule, written[ENV_KEY]) == values
+        assert not [k for k in written if k.startswith(VERL_LOSS_KEYS) and not k.endswith("loss_mode")]
+    else:  # verl's own keys, exactly the declared ones, and the local backend builds verl's config from them
+        declared = recipe.verl.keys(recipe.anchor, values)
+        assert {k: written[k] for k in declared} == declared
+        assert ENV_KEY not in written
+        local = actor_config(recipe.verl, recipe.anchor, values, "token-mean", {})
+        for key, value in declared.items():
+            if key.startswith("actor_rollout_ref.actor."):
+                assert _field(local, key.removeprefix("actor_rollout_ref.actor.")) == value, key
 
 
-def test_no_cap_is_the_papers_c_infinity_and_a_real_cap_stays_below_it(tmp_path):
-    rule = get_mask("pg_is")
-    assert to_verl(LossValues(0.0, 0.0, None))["clip_ratio_c"] == NO_CAP
-    assert from_verl(rule, actor_config({"clip_ratio_c": NO_CAP})).is_cap is None
-    assert from_verl(rule, actor_config({"clip_ratio_c": 5.0})).is_cap == 5.0
-    recipe = tmp_path / "capped.yaml"
-    recipe.write_text(
-        "display_name: X\npaper: x\nmask: pg_is\nanchor: rollout\nhyperparameters:\n  sanity: {is_cap: 20000}\n"
-    )
-    with pytest.raises(ConfigError, match="is_cap"):  # a cap of 2e4 would be no cap on verl
-        load_method(recipe)
+def _field(config, dotted: str):
+    for part in dotted.split("."):
+        config = config[part] if isinstance(config, dict) else getattr(config, part)
+    return config
 
 
-def test_alpha_of_a_relax_rule_must_reach_the_loss():
-    rule = get_mask("grpo_relax_both")
-    with pytest.raises(ValueError, match="reads alpha from actor_rollout_ref.actor.policy_loss.dro_beta"):
-        from_verl(rule, actor_config({}))
+MINIMAL = ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2"]
+
+
+@pytest.mark.parametrize(
+    "method", ["dppo_binary_tv", "minirl_tis", "icepop", "verl_bypass_icepop", "verl_decoupled_geo_rs", "verl_sapo"]
+)
+def test_verls_own_composition_carries_the_same_values(method):
+    """One recipe of each kind through verl's Hydra config and dataclasses, as its driver and workers build them."""
+    recipe = RECIPES[method]
+    cfg = compose_ppo_config(method_overrides(recipe, "sanity") + MINIMAL)
+    typed = to_dataclasses(cfg)
+    actor, rc = typed["actor"], typed["rollout_correction"]
+    values = recipe.profile("sanity")
+    assert actor.policy_loss.loss_mode == recipe.loss_mode
+    assert rc.bypass_mode is (recipe.anchor == "rollout")
+    if recipe.rule is not None:
+        assert decode(recipe.rule, cfg.ray_kwargs.ray_init.runtime_env.env_vars[LOSS_ENV]) == values
+        return
+    local = actor_config(recipe.verl, recipe.anchor, values, "token-mean", {})
+    for key, value in recipe.verl.keys(recipe.anchor, values).items():
+        section = key.removeprefix("actor_rollout_ref.actor.") if key.startswith("actor_rollout_ref.") else None
+        if section is None:  # the driver's correction
+            assert getattr(rc, key.removeprefix("algorithm.rollout_correction.")) == value, key
+        else:
+            assert _field(actor, section) == value == _field(local, section), key
+
+
+def test_a_value_survives_hydras_quoting():
+    rule = get_mask("icepop")
+    values = rule.values(ratio_min=0.25, is_cap=None)
+    assert decode(rule, parsed([f"x={hydra_value(encode(rule, values))}"])["x"]) == values
+    for text in ["it's", "a\\b", "a\\'b", "end\\", "0.5_5.0", "with space", "/tmp/my rules/x.py"]:
+        assert parsed([f"x={hydra_value(text)}"])["x"] == text
+    assert parsed([f"x={hydra_value(None)}", f"y={hydra_value(False)}", f"z={hydra_value(1e-4)}"]) == {
+        "x": None, "y": False, "z": 1e-4}  # fmt: skip
+
+
+def test_the_loss_refuses_a_missing_foreign_or_bad_channel(monkeypatch):
+    rule = get_mask("icepop")
+    monkeypatch.delenv(LOSS_ENV, raising=False)
+    with pytest.raises(ChannelError, match=f"{LOSS_ENV}, which is unset"):
+        current_values(rule)
+    other = get_mask("dppo_binary_tv")
+    monkeypatch.setenv(LOSS_ENV, encode(other, other.values(delta=0.1, is_cap=None)))
+    with pytest.raises(ChannelError, match="rule 'dppo_binary_tv', not 'icepop'"):
+        current_values(rule)
+    bad = {"rule": "icepop", "hyperparameters": {"ratio_min": -1.0, "is_cap": None}, "module": None}
+    monkeypatch.setenv(LOSS_ENV, json.dumps(bad))
+    with pytest.raises(ChannelError, match="ratio_min: Input should be greater than 0"):
+        current_values(rule)
+    monkeypatch.setenv(LOSS_ENV, "{not json")
+    with pytest.raises(ChannelError, match="not valid JSON"):
+        current_values(rule)
+    monkeypatch.setenv(LOSS_ENV, encode(rule, rule.values(ratio_max=4.0, is_cap=2.0)))
+    assert current_values(rule).values() == {"ratio_min": 0.5, "ratio_max": 4.0, "is_cap": 2.0}

@@ -12,7 +12,8 @@ from test_topk_loss import DELTA, RESPONSES, config, inputs
 from verl.utils import tensordict_utils as tu
 from verl.workers.utils import losses as verl_losses
 
-from dppo_bench.methods.masked_tokens import MaskedTokenCounts, read_rank_files, step_file, write_counts
+from dppo_bench.masked_token_files import read_rank_files, step_file, write_counts
+from dppo_bench.methods.masked_tokens import MaskedTokenCounts
 from dppo_bench.verl_plugin import masked_tokens
 from dppo_bench.verl_plugin.run_config import MASKED_TOKENS_DIR_ENV
 

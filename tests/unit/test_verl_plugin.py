@@ -5,6 +5,7 @@ import math
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -21,14 +22,21 @@ import dppo_bench.verl_plugin.entry  # noqa: F401  (registers the modes in this 
 from dppo_bench.config import load_methods
 from dppo_bench.methods import get_mask, mask_names
 from dppo_bench.methods.surrogate import LOG_RATIO_BOUND
+from dppo_bench.verl_plugin.hyperparameters import LOSS_ENV, encode
 from dppo_bench.verl_plugin.loss_inputs import LossInputs, exposed
 from dppo_bench.verl_plugin.overrides import UNBOUNDED_IS_THRESHOLD, method_overrides
 
 RECIPES = load_methods()
 NON_TOPK = sorted(n for n in mask_names() if not get_mask(n).needs_topk)
+# the paper's rules (dppo_bench.methods.rules), which paper_mask below writes out again
+PAPER_RULES = sorted(n for n in NON_TOPK if get_mask(n).fn.__module__ == "dppo_bench.methods.rules")
+PAPER_RECIPES = {n: r for n, r in RECIPES.items() if r.mask in PAPER_RULES}
+# values for any rule's hyperparameters, where a test needs some: each rule reads the ones it declares
+SOME_VALUES = {"delta": 0.2, "eps_low": 0.2, "eps_high": 0.2, "alpha": 0.3}
 
 
 def actor_config(low, high, cap, mode="vanilla", alpha=None):
+    """verl's actor section as a loss receives it: verl's own modes read the clip ratios; ours read the channel."""
     return OmegaConf.create(
         {
             "clip_ratio": 0.2,
@@ -39,6 +47,26 @@ def actor_config(low, high, cap, mode="vanilla", alpha=None):
             "policy_loss": {"loss_mode": mode, "dro_beta": alpha},
         }
     )
+
+
+def channel_text(name, **values):
+    rule = get_mask(name)
+    declared = {p.name for p in rule.params}
+    return encode(rule, rule.values(**{k: v for k, v in SOME_VALUES.items() if k in declared} | values))
+
+
+@contextmanager
+def channel(name, **values):
+    """Our channel holding ``name``'s values (SOME_VALUES for what is not given; is_cap none) for the block."""
+    old = os.environ.get(LOSS_ENV)
+    os.environ[LOSS_ENV] = channel_text(name, **{"is_cap": None, **values})
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(LOSS_ENV)
+        else:
+            os.environ[LOSS_ENV] = old
 
 
 def batch(gen, B=8, T=16, spread=0.5):
@@ -64,7 +92,8 @@ def test_parity_with_verls_dppo_in_bypass_mode(gen, ours, theirs, cap):
     log_mu, log_pi, _, adv, mask = batch(gen)
     cfg = actor_config(0.1, 0.1, cap)
     kw = dict(old_log_prob=log_mu, advantages=adv, response_mask=mask, loss_agg_mode="token-mean", config=cfg)
-    l1, g1, m1 = grad_of(core_algos.get_policy_loss_fn(ours), log_pi, **kw)
+    with channel(ours, delta=0.1, is_cap=None if cap >= 1e4 else cap):
+        l1, g1, m1 = grad_of(core_algos.get_policy_loss_fn(ours), log_pi, **kw)
     l2, g2, m2 = grad_of(core_algos.get_policy_loss_fn(theirs), log_pi, **kw)
     torch.testing.assert_close(l1, l2)
     torch.testing.assert_close(g1, g2)
@@ -77,7 +106,8 @@ def test_parity_with_verls_vanilla_for_grpo_clip_higher(gen):
     log_mu, log_pi, _, adv, mask = batch(gen, spread=0.3)
     cfg = actor_config(0.2, 0.28, 1e4)
     kw = dict(old_log_prob=log_mu, advantages=adv, response_mask=mask, config=cfg)
-    _, g1, m1 = grad_of(core_algos.get_policy_loss_fn("grpo_clip_higher"), log_pi, **kw)
+    with channel("grpo_clip_higher", eps_low=0.2, eps_high=0.28):
+        _, g1, m1 = grad_of(core_algos.get_policy_loss_fn("grpo_clip_higher"), log_pi, **kw)
     _, g2, m2 = grad_of(core_algos.get_policy_loss_fn("vanilla"), log_pi, **kw)
     torch.testing.assert_close(g1, g2)  # same gradient: PPO's clip is a mask on the ratio
     assert m1["actor/mask_frac"] == pytest.approx(m2["actor/pg_clipfrac"])
@@ -87,7 +117,8 @@ def test_parity_with_verls_cispo_for_pg_tis(gen):
     log_mu, log_pi, _, adv, mask = batch(gen, spread=1.5)
     C = 3.0
     kw = dict(old_log_prob=log_mu, advantages=adv, response_mask=mask)
-    l1, g1, _ = grad_of(core_algos.get_policy_loss_fn("pg_tis"), log_pi, config=actor_config(0.0, 0.0, C), **kw)
+    with channel("pg_tis", is_cap=C):
+        l1, g1, _ = grad_of(core_algos.get_policy_loss_fn("pg_tis"), log_pi, config=actor_config(0.0, 0.0, C), **kw)
     cispo_cfg = ActorConfig(
         strategy="fsdp",
         ppo_micro_batch_size_per_gpu=2,
@@ -111,12 +142,13 @@ REFUSED_MODES = [(n, mode) for n in NON_TOPK for a, mode in MODE_OF_ANCHOR.items
 def call_in_mode(gen, name, mode):
     log_mu, log_pi, log_old, adv, mask = batch(gen)
     kw = dict(log_prob=log_pi, advantages=adv, response_mask=mask, config=actor_config(0.2, 0.2, 1e4))
-    if mode == "bypass":
-        return core_algos.get_policy_loss_fn(name)(old_log_prob=log_mu, **kw)
-    with exposed(LossInputs(rollout_log_prob=log_mu)):
-        return core_algos.get_policy_loss_fn(name)(
-            old_log_prob=log_old, rollout_is_weights=(log_old - log_mu).exp(), **kw
-        )
+    with channel(name):
+        if mode == "bypass":
+            return core_algos.get_policy_loss_fn(name)(old_log_prob=log_mu, **kw)
+        with exposed(LossInputs(rollout_log_prob=log_mu)):
+            return core_algos.get_policy_loss_fn(name)(
+                old_log_prob=log_old, rollout_is_weights=(log_old - log_mu).exp(), **kw
+            )
 
 
 def test_both_modes_have_rules_that_refuse_them():
@@ -165,7 +197,7 @@ def test_decoupled_mode_without_the_rollout_log_probs_is_a_clear_error(gen):
 
 
 FRESH_PROCESS_CHECK = r"""
-import json, sys, torch
+import json, os, sys, torch
 import verl  # nothing else: the entry point must register our modes
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, get_policy_loss_fn
 from omegaconf import OmegaConf
@@ -179,11 +211,11 @@ log_pi = (log_mu + 0.6 * torch.randn(B, T, generator=g)).clamp(max=-1e-4)
 log_old = (log_mu + 0.2 * torch.randn(B, T, generator=g)).clamp(max=-1e-4)
 adv = torch.randn(B, 1, generator=g).expand(B, T).clone()
 mask = torch.ones(B, T, dtype=torch.bool); mask[1, 7:] = False
-for name, (low, high, cap, recompute, alpha) in cases.items():
+for name, (values, recompute) in cases.items():
     if name not in POLICY_LOSS_REGISTRY:
         continue
-    cfg = OmegaConf.create({"clip_ratio": 0.2, "clip_ratio_low": low, "clip_ratio_high": high,
-                            "clip_ratio_c": cap, "global_batch_info": {}, "policy_loss": {"dro_beta": alpha}})
+    os.environ["DPPO_BENCH_LOSS"] = values  # our channel, as Ray gives it to a worker
+    cfg = OmegaConf.create({"global_batch_info": {}, "policy_loss": {}})
     lp = log_pi.clone().requires_grad_()
     kw = dict(old_log_prob=log_old if recompute else log_mu,
               rollout_is_weights=(log_old - log_mu).exp() * mask if recompute else None)
@@ -231,16 +263,26 @@ def run_fresh(cases, env_update, script=FRESH_PROCESS_CHECK):
     return json.loads(line[len("RESULT") :])
 
 
+PAPER_CASE_VALUES = {"delta": 0.1, "eps_low": 0.2, "eps_high": 0.28, "alpha": 0.3}
+
+
+def paper_case(name):
+    """(low, high, cap, recompute, alpha) of a paper rule in the test below, and its channel's content."""
+    rule = get_mask(name)
+    declared = {p.name for p in rule.params}
+    v = {k: x for k, x in PAPER_CASE_VALUES.items() if k in declared}
+    v["is_cap"] = 2.0 if name.endswith("tis") else None
+    low, high = (v["delta"], v["delta"]) if "delta" in v else (v.get("eps_low", 0.0), v.get("eps_high", 0.0))
+    case = (low, high, v["is_cap"] or 1e4, rule.anchors == ("recompute",), v.get("alpha"))
+    return case, encode(rule, rule.values(**v))
+
+
 def test_plain_import_verl_registers_every_mode_and_gradients_match_the_paper():
-    cases = {}
-    for name in NON_TOPK:
-        rule = get_mask(name)
-        recompute = rule.anchors == ("recompute",)
-        low, high = {"delta": (0.1, 0.1), "eps": (0.2, 0.28), "eps_alpha": (0.2, 0.28), "none": (0.0, 0.0)}[
-            rule.thresholds
-        ]
-        cases[name] = (low, high, 2.0 if name.endswith("tis") else 1e4, recompute, 0.3 if rule.reads_alpha else None)
-    out = run_fresh(cases, {"VERL_USE_EXTERNAL_PLUGINS": "auto", "VERL_USE_EXTERNAL_MODULES": ""})
+    cases, channels = {}, {}
+    for name in PAPER_RULES:
+        cases[name], channels[name] = paper_case(name)
+    fresh = {name: (channels[name], cases[name][3]) for name in cases}
+    out = run_fresh(fresh, {"VERL_USE_EXTERNAL_PLUGINS": "auto", "VERL_USE_EXTERNAL_MODULES": ""})
     assert set(mask_names()) <= set(out["registered"])
 
     g = torch.Generator().manual_seed(1)  # the same data as the subprocess
@@ -266,7 +308,7 @@ def test_plain_import_verl_registers_every_mode_and_gradients_match_the_paper():
 
 def test_external_modules_fallback_registers_without_entry_points():
     name = "dppo_binary_tv"
-    cases = {name: (0.1, 0.1, 1e4, False, None)}
+    cases = {name: (paper_case(name)[1], False)}
     off = run_fresh(cases, {"VERL_USE_EXTERNAL_PLUGINS": "none", "VERL_USE_EXTERNAL_MODULES": ""})
     assert name not in off["registered"]
     modules = {"VERL_USE_EXTERNAL_MODULES": "dppo_bench.verl_plugin.entry"}
@@ -275,7 +317,7 @@ def test_external_modules_fallback_registers_without_entry_points():
 
 
 RECIPE_CHECK = r"""
-import json, sys, torch
+import json, os, sys, torch
 import verl  # nothing else: the entry point must register our modes
 from verl.protocol import DataProto
 from verl.trainer.config import RolloutCorrectionConfig
@@ -287,6 +329,7 @@ args = json.loads(sys.argv[1])
 data = torch.load(args["data"])
 out = {}
 for key, case in args["cases"].items():
+    os.environ["DPPO_BENCH_LOSS"] = case["channel"]  # our channel, as Ray gives it to a worker
     actor = ActorConfig(strategy="fsdp", ppo_micro_batch_size_per_gpu=2, ppo_mini_batch_size=4, rollout_n=1,
                         loss_agg_mode="token-mean", policy_loss=case["policy_loss"], **case["actor"])
     kw, inputs = dict(old_log_prob=data["log_mu"], rollout_is_weights=None), LossInputs()
@@ -327,7 +370,8 @@ def verl_case(recipe, profile):
     for override in method_overrides(recipe, profile):
         key, _, value = override.lstrip("+").partition("=")
         values[key] = yaml.safe_load(value)
-    actor = {k: values[f"actor_rollout_ref.actor.{k}"] for k in ("clip_ratio_low", "clip_ratio_high", "clip_ratio_c")}
+    actor = {k: values[f"actor_rollout_ref.actor.{k}"] for k in ("clip_ratio_low", "clip_ratio_high", "clip_ratio_c")
+             if f"actor_rollout_ref.actor.{k}" in values}  # fmt: skip
     rc = {k.rpartition(".")[2]: v for k, v in values.items() if k.startswith("algorithm.rollout_correction.")}
     policy_loss = {
         k.rpartition(".")[2]: v for k, v in values.items() if k.startswith("actor_rollout_ref.actor.policy_loss.")
@@ -336,6 +380,7 @@ def verl_case(recipe, profile):
         "loss_mode": policy_loss["loss_mode"],
         "policy_loss": policy_loss,
         "actor": actor,
+        "channel": values[f"ray_kwargs.ray_init.runtime_env.env_vars.{LOSS_ENV}"],
         "rollout_correction": None if rc["bypass_mode"] else rc,
     }
 
@@ -355,8 +400,7 @@ def test_every_recipe_and_profile_through_verl_matches_the_paper_gradient(gen, t
     torch.save(data, tmp_path / "data.pt")
     cases = {
         f"{name}/{profile}": verl_case(recipe, profile)
-        for name, recipe in RECIPES.items()
-        if not get_mask(recipe.mask).needs_topk
+        for name, recipe in PAPER_RECIPES.items()
         for profile in recipe.hyperparameters
     }
     out = run_fresh(
@@ -430,35 +474,41 @@ def test_decoupled_mode_takes_mu_from_the_rollout_log_probs_beyond_verls_clamp(g
         log_old - log_mu, mask.float(), rollout_is="token", rollout_is_threshold=UNBOUNDED_IS_THRESHOLD
     )
     assert data["rollout_is_weights"][0, 0] == pytest.approx(math.exp(-20))  # verl's clamp
-    cfg = ActorConfig(strategy="fsdp", ppo_micro_batch_size_per_gpu=2, ppo_mini_batch_size=4, rollout_n=1,
-                      clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=3.0, loss_agg_mode="token-mean",
-                      policy_loss={"loss_mode": mode})
+    cfg = ActorConfig(
+        strategy="fsdp",
+        ppo_micro_batch_size_per_gpu=2,
+        ppo_mini_batch_size=4,
+        rollout_n=1,
+        clip_ratio_low=0.2,
+        clip_ratio_high=0.2,
+        clip_ratio_c=3.0,
+        loss_agg_mode="token-mean",
+        policy_loss={"loss_mode": mode},
+    )
     flat = flat.requires_grad_()
-    loss, _ = ppo_loss(cfg, {"log_probs": flat}, data)
+    with channel(mode, is_cap=3.0):
+        loss, _ = ppo_loss(cfg, {"log_probs": flat}, data)
     loss.backward()
     kept = mode != "minirl_tis"  # MiniRL's ratio to pi_old, e^95, is clipped; the others keep the token
     expected = -math.exp(-LOG_RATIO_BOUND) / mask.sum().item() if kept else 0.0
     assert flat.grad[PROMPT_LEN - 1].item() == pytest.approx(expected, rel=1e-4, abs=1e-30)
 
 
-@pytest.mark.parametrize("name", sorted(RECIPES))
-def test_verls_ppo_loss_runs_every_recipe(gen, name):
+@pytest.mark.parametrize("name", sorted(n for n, r in RECIPES.items() if r.rule is not None))
+def test_verls_ppo_loss_runs_every_recipe(gen, name, monkeypatch):
     recipe = RECIPES[name]
     rule = get_mask(recipe.mask)
     profile = next(iter(recipe.hyperparameters))
     hp = recipe.profile(profile)
-    low, high = rule.low_high(hp.values())
+    monkeypatch.setenv(LOSS_ENV, encode(rule, hp))  # our channel, as Ray gives it to a worker
     data, flat, log_pi, log_mu, mask = ppo_loss_inputs(gen, recompute=recipe.anchor == "recompute")
     cfg = ActorConfig(
         strategy="fsdp",
         ppo_micro_batch_size_per_gpu=2,
         ppo_mini_batch_size=4,
         rollout_n=1,
-        clip_ratio_low=low,
-        clip_ratio_high=high,
-        clip_ratio_c=hp.is_cap or 1e4,
         loss_agg_mode="seq-mean-token-sum",
-        policy_loss={"loss_mode": recipe.mask, "dro_beta": rule.alpha(hp.values())},
+        policy_loss={"loss_mode": recipe.mask},
     )
     flat = flat.requires_grad_()
     if rule.needs_topk:  # without the engine's divergence in model_output (tests/unit/test_topk_loss.py has it)
@@ -476,8 +526,9 @@ def test_verls_ppo_loss_runs_every_recipe(gen, name):
 
 
 def test_verl_averages_our_statistics_over_micro_batches_unweighted(gen):
-    """The README's per-step statistics paragraph: verl 0.9.1 combines a loss's scalars by an unweighted mean over
-    micro-batches, so a micro-batch without A > 0 tokens pulls mask_frac_pos toward 0, and _max is a mean of maxima."""
+    """The per-step statistics paragraph of docs/methods.md: verl 0.9.1 combines a loss's scalars by an unweighted
+    mean over micro-batches, so a micro-batch without A > 0 tokens pulls mask_frac_pos toward 0, and _max is a mean of
+    maxima."""
     from verl.utils.metric import Metric, reduce_metrics
     from verl.utils.py_functional import append_to_dict
 
@@ -495,7 +546,8 @@ def test_verl_averages_our_statistics_over_micro_batches_unweighted(gen):
     for sign in (1.0, -1.0):  # micro-batch 1: only A > 0 tokens; micro-batch 2: only A < 0 tokens
         data, flat, *_ = ppo_loss_inputs(gen, recompute=False)
         data["advantages"] = sign * data["advantages"].abs()
-        _, metrics = ppo_loss(cfg, {"log_probs": flat}, data)
+        with channel("dppo_binary_tv", delta=0.02):
+            _, metrics = ppo_loss(cfg, {"log_probs": flat}, data)
         per_micro.append({k: m.aggregate() for k, m in metrics.items()})
         append_to_dict(combined, metrics)  # as verl's engine collects micro-batches (engine/utils.py)
     step = reduce_metrics({k: [Metric.aggregate_dp([m])] for k, m in combined.items()})  # one rank, one mini-batch
@@ -507,14 +559,18 @@ def test_verl_averages_our_statistics_over_micro_batches_unweighted(gen):
     )
 
 
-def test_alpha_reaches_verl_through_dro_beta_and_is_required(gen):
+def test_alpha_reaches_verl_through_our_channel_and_is_required(gen):
     overrides = method_overrides(RECIPES["grpo_relax_both_alpha0p3"], "efficiency")
-    assert "actor_rollout_ref.actor.policy_loss.dro_beta=0.3" in overrides
-    assert not any("dro_beta" in o for o in method_overrides(RECIPES["grpo_clip_higher"], "sanity"))
+    assert any(o.startswith(f"+ray_kwargs.ray_init.runtime_env.env_vars.{LOSS_ENV}=") and '"alpha":0.3' in o
+               for o in overrides)  # fmt: skip
+    assert not any("dro_beta" in o or "clip_ratio" in o for o in overrides)  # no verl key carries a value of ours
     log_mu, log_pi, _, adv, mask = batch(gen)
     fn = core_algos.get_policy_loss_fn("grpo_relax_both")
     kw = dict(old_log_prob=log_mu, log_prob=log_pi, advantages=adv, response_mask=mask)
-    with pytest.raises(ValueError, match="dro_beta, which must be a probability"):
-        fn(**kw, config=actor_config(0.2, 0.28, 1e4))  # unset: verl's default None
-    with pytest.raises(ValueError, match="dro_beta, which must be a probability"):
-        fn(**kw, config=actor_config(0.2, 0.28, 1e4, alpha=1.5))
+    os.environ.pop(LOSS_ENV, None)
+    with pytest.raises(ValueError, match=f"\\${LOSS_ENV}, which is unset"):
+        fn(**kw, config=actor_config(0.2, 0.28, 1e4))
+    with pytest.raises(ValueError, match="alpha: Input should be less than or equal to 1"):
+        with channel("grpo_relax_both", alpha=0.3):
+            os.environ[LOSS_ENV] = os.environ[LOSS_ENV].replace('"alpha":0.3', '"alpha":1.5')
+            fn(**kw, config=actor_config(0.2, 0.28, 1e4))

@@ -10,7 +10,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from dppo_bench.config import EXPERIMENTS_DIR, find_method, find_setting, load_experiment, setting_paths
+from dppo_bench.config.runs import resolve_run
 from dppo_bench.verl_plugin.compose import compose_ppo_config, validate
+from dppo_bench.verl_plugin.hyperparameters import LOSS_ENV, decode
 from dppo_bench.verl_plugin.run_config import REWARD_FUNCTION, RunPaths, run_overrides
 
 SETTINGS = {p.stem: find_setting(p.stem) for p in setting_paths()}
@@ -47,10 +49,10 @@ def test_every_verl_setting_is_in_some_experiment():
 )
 def test_the_pair_composes_into_a_valid_verl_config(setting, method):
     s, recipe = SETTINGS[setting], find_method(method)
-    cfg = compose_ppo_config(run_overrides(recipe, s, 0, PATHS))
+    cfg = compose_ppo_config(run_overrides(resolve_run(s, recipe, 0), PATHS))
     typed = validate(cfg)
     actor, rollout = typed["actor"], typed["rollout"]
-    assert actor.policy_loss.loss_mode == recipe.mask
+    assert actor.policy_loss.loss_mode == recipe.loss_mode
     assert typed["rollout_correction"].bypass_mode is (recipe.anchor == "rollout")
     assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size * s.train.mini_batches == s.train.prompts_per_step
     fsdp = "fsdp2" if s.verl.device == "cpu" else "fsdp"  # FSDP1 cannot run on CPU parameters
@@ -61,7 +63,7 @@ def test_the_pair_composes_into_a_valid_verl_config(setting, method):
 def test_router_replay_on_fsdp_is_rejected_by_verls_config():
     fsdp = SETTINGS["sanity_r1d_1p5b"]
     r3 = fsdp.model_copy(update={"verl": fsdp.verl.model_copy(update={"router_replay": "R3"})})
-    overrides = run_overrides(find_method("dppo_binary_tv"), r3, 0, PATHS)
+    overrides = run_overrides(resolve_run(r3, find_method("dppo_binary_tv"), 0), PATHS)
     assert "actor_rollout_ref.actor.megatron.router_replay.mode=R3" in overrides
     with pytest.raises(Exception, match="megatron"):
         validate(compose_ppo_config(overrides))
@@ -69,7 +71,7 @@ def test_router_replay_on_fsdp_is_rejected_by_verls_config():
 
 def test_router_replay_on_megatron_reaches_actor_and_rollout():
     typed = validate(
-        compose_ppo_config(run_overrides(find_method("dppo_binary_tv"), SETTINGS["moe_base_r3"], 0, PATHS))
+        compose_ppo_config(run_overrides(resolve_run(SETTINGS["moe_base_r3"], find_method("dppo_binary_tv"), 0), PATHS))
     )
     assert typed["actor"].megatron.router_replay.mode == "R3"
     assert typed["rollout"].enable_rollout_routing_replay is True
@@ -78,7 +80,7 @@ def test_router_replay_on_megatron_reaches_actor_and_rollout():
 def test_sanity_setting_pins_the_papers_values():
     """DPPO-Binary-TV in the sanity test (App. C.1): every value verl will run with."""
     s, recipe = SETTINGS["sanity_r1d_1p5b"], find_method("dppo_binary_tv")
-    overrides = run_overrides(recipe, s, 3, PATHS)
+    overrides = run_overrides(resolve_run(s, recipe, 3), PATHS)
     cfg = compose_ppo_config(overrides)
     typed = validate(cfg)
     actor, rollout = typed["actor"], typed["rollout"]
@@ -89,7 +91,8 @@ def test_sanity_setting_pins_the_papers_values():
     assert list(cfg.data.val_files) == ["/data/aime24.parquet", "/data/aime25.parquet"]
     assert actor.optim.lr == 1e-6 and actor.optim.weight_decay == 0.01 and actor.optim.clip_grad == 1.0
     assert actor.loss_agg_mode == "seq-mean-token-sum-norm" and actor.loss_scale_factor == 6976
-    assert (actor.clip_ratio_low, actor.clip_ratio_high, actor.clip_ratio_c) == (0.15, 0.15, 1e4)
+    env = cfg.ray_kwargs.ray_init.runtime_env.env_vars
+    assert decode(recipe.rule, env[LOSS_ENV]).values() == {"delta": 0.15, "is_cap": None}  # our channel to the workers
     assert actor.use_kl_loss is False and actor.entropy_coeff == 0
     assert typed["rollout_correction"].bypass_mode is True and typed["rollout_correction"].rollout_is is None
     assert (rollout.temperature, rollout.top_p, rollout.top_k, rollout.seed) == (1.0, 1.0, -1, 3)
@@ -113,11 +116,11 @@ def test_sanity_setting_pins_the_papers_values():
 
 def test_wandb_is_one_switch_and_a_pinned_model_trains_from_its_snapshot():
     s, recipe = SETTINGS["sanity_r1d_1p5b"], find_method("pg_is")
-    cfg = compose_ppo_config(run_overrides(recipe, s, 0, PATHS, wandb=True, wandb_mode="online"))
+    cfg = compose_ppo_config(run_overrides(resolve_run(s, recipe, 0), PATHS, wandb=True, wandb_mode="online"))
     assert list(cfg.trainer.logger) == ["console", "file", "wandb"]
     assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.WANDB_MODE == "online"
     snapshot = RunPaths(**{**PATHS.__dict__, "model": Path("/hub/snapshots/abc123")})
-    cfg = compose_ppo_config(run_overrides(recipe, s, 0, snapshot))
+    cfg = compose_ppo_config(run_overrides(resolve_run(s, recipe, 0), snapshot))
     assert cfg.actor_rollout_ref.model.path == "/hub/snapshots/abc123"
 
 
@@ -129,5 +132,14 @@ TOPK_PROFILES = {"sanity", "scaling"}  # the profiles the Top-K recipes have
     sorted(s for s, v in SETTINGS.items() if v.backend == "verl" and v.hyperparameter_profile in TOPK_PROFILES),
 )
 def test_topk_runs_keep_the_settings_k(setting):
-    overrides = run_overrides(find_method("dppo_topk_tv"), SETTINGS[setting], 0, PATHS)
+    overrides = run_overrides(resolve_run(SETTINGS[setting], find_method("dppo_topk_tv"), 0), PATHS)
     assert f"++actor_rollout_ref.rollout.custom.dppo_topk_k={SETTINGS[setting].verl.topk}" in overrides
+
+
+@pytest.mark.parametrize("method", ["dppo_topk_tv", "dppo_binary_tv"])
+def test_each_override_is_given_once(method):
+    """The v1 trainer is what the whole run needs and what a Top-K method needs: one override says it."""
+    setting = next(s for s in SETTINGS.values() if s.backend == "verl" and s.hyperparameter_profile in TOPK_PROFILES)
+    overrides = run_overrides(resolve_run(setting, find_method(method), 0), PATHS)
+    assert overrides.count("trainer.use_v1=True") == 1
+    assert len(overrides) == len(set(overrides))

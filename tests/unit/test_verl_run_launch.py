@@ -8,12 +8,14 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from verl_fixtures import FAKE_COMMAND, prepared_data, write_parquet, write_verl_setting
 
 from dppo_bench.config import ConfigError, find_method, load_setting
+from dppo_bench.config.runs import resolve_run
 from dppo_bench.io import file_sha256
 from dppo_bench.rundir import RunDir
 from dppo_bench.verify import verify_run
@@ -33,9 +35,7 @@ def make_run(tmp_path, run_inputs, **env):
     setting, train, val = run_inputs
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "FAKE_", "WANDB_"))}
     return L.VerlRun(
-        setting=setting,
-        recipe=find_method("dppo_binary_tv"),
-        seed=0,
+        resolved=resolve_run(setting, find_method("dppo_binary_tv"), 0),
         run_dir=RunDir(tmp_path / "run"),
         train_data=train,
         val_data=val,
@@ -175,7 +175,7 @@ def test_the_trainer_gets_the_log_file_wandb_mode_and_the_plugin(tmp_path, run_i
 def test_a_different_run_in_the_directory_is_refused(tmp_path, run_inputs):
     L.launch(make_run(tmp_path, run_inputs))
     other = make_run(tmp_path, run_inputs)
-    other = L.VerlRun(**{**other.__dict__, "seed": 1})
+    other = replace(other, resolved=replace(other.resolved, seed=1))
     with pytest.raises(ValueError, match="holds a different run"):
         L.launch(other)
 
@@ -299,7 +299,7 @@ def test_the_train_command_line_of_a_verl_run(monkeypatch, tmp_path, run_inputs)
     monkeypatch.setattr(L, "launch", lambda run: seen.setdefault("run", run) and {"status": "completed"})
     setting, train_data, _ = run_inputs
     args.train_data, args.out = train_data, tmp_path / "r"
-    assert train.train_verl(args, setting, find_method("pg_is")) == 0
+    assert train.train_verl(args, resolve_run(setting, find_method("pg_is"), args.seed)) == 0
     run = seen["run"]
     assert run.val_data == (Path("a.parquet"), Path("b.parquet"), Path("c.parquet")) and run.wandb is True
     assert run.command == ("apptainer", "exec", "--nv", "verl.sif", "python", "-m", "verl.trainer.main_ppo")
@@ -333,3 +333,15 @@ def test_a_pinned_model_revision_trains_from_its_snapshot(tmp_path, run_inputs, 
         "sha256": {"model.safetensors": hashlib.sha256(b"weights").hexdigest()},
     }
     assert path == tmp_path.resolve()
+
+
+def test_an_attempt_reads_no_spec_after_the_run_was_resolved(tmp_path, run_inputs, monkeypatch):
+    """The command resolves the run's specs once (dppo_bench.config.runs); the launcher, the overrides and the
+    records take them from there, so a spec edited mid-command cannot reach one part and not another."""
+    from dppo_bench.config import specs as spec
+
+    run, read = make_run(tmp_path, run_inputs), []
+    load = spec._load
+    monkeypatch.setattr(spec, "_load", lambda model, path: read.append(path) or load(model, path))
+    assert L.launch(run)["status"] == "completed"
+    assert read == []

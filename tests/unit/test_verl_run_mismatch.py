@@ -17,6 +17,7 @@ from transfer_queue import KVBatchMeta
 
 from dppo_bench import canonical
 from dppo_bench.config import find_method, find_setting
+from dppo_bench.config.runs import resolve_run
 from dppo_bench.verl_plugin import mismatch
 from dppo_bench.verl_plugin.compose import compose_ppo_config
 from dppo_bench.verl_plugin.run_config import RunPaths, run_overrides
@@ -100,7 +101,7 @@ def configs():
     setting = setting.model_copy(update={"train": setting.train.model_copy(update={"mismatch_every": 2})})
     paths = RunPaths(Path("/run"), Path("/d/t.parquet"), (Path("/d/v.parquet"),), Path("/run/log.jsonl"))
     return {
-        mode: compose_ppo_config(run_overrides(find_method(method), setting, 0, paths))
+        mode: compose_ppo_config(run_overrides(resolve_run(setting, find_method(method), 0), paths))
         for mode, method in (("bypass", "dppo_binary_tv"), ("decoupled", "minirl"))
     }
 

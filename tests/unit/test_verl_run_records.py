@@ -5,6 +5,7 @@ import json
 import pytest
 
 from dppo_bench import canonical
+from dppo_bench.config.specs import load_benchmark
 from dppo_bench.io import CorruptFileError
 from dppo_bench.rundir import RunDir
 from dppo_bench.verl_plugin.records import MetricMap, RecordError, apply_attempt, read_file_log
@@ -28,18 +29,18 @@ def test_the_map_covers_every_canonical_name_verl_can_produce():
 
 
 def test_validation_keys_map_by_data_source_to_the_runs_benchmarks():
-    m = MetricMap.for_benchmarks(["aime24", "aime25"])
+    m = MetricMap.for_benchmarks([load_benchmark("aime24"), load_benchmark("aime25")])
     assert m.name("val-core/aime24/acc/mean@32") == "eval/aime24/avg@32"
     assert m.name("val-core/aime25/acc/mean@32") == "eval/aime25/avg@32"
     assert m.name("val-aux/aime24/acc/std@32") is None
     assert m.name("val-core/math500/acc/mean@32") is None  # not a benchmark of this run
-    sanity = MetricMap.for_benchmarks(["aime24_sanity"])  # its data_source is aime24
+    sanity = MetricMap.for_benchmarks([load_benchmark("aime24_sanity")])  # its data_source is aime24
     assert sanity.name("val-core/aime24/acc/mean@32") == "eval/aime24_sanity/avg@32"
 
 
 def test_one_run_cannot_validate_two_benchmarks_of_one_data_source():
     with pytest.raises(ValueError, match="aime24 and aime24_sanity share data_source 'aime24'"):
-        MetricMap.for_benchmarks(["aime24", "aime24_sanity"])
+        MetricMap.for_benchmarks([load_benchmark("aime24"), load_benchmark("aime24_sanity")])
 
 
 def test_row_keeps_mapped_numbers_only_and_nulls_non_finite():
@@ -116,4 +117,6 @@ def test_every_verl_settings_online_benchmarks_map_to_themselves():
     for path in setting_paths():
         s = load_setting(path)
         if s.backend == "verl":
-            assert sorted(MetricMap.for_benchmarks(s.eval.benchmarks).benchmarks.values()) == sorted(s.eval.benchmarks)
+            assert sorted(
+                MetricMap.for_benchmarks(load_benchmark(b) for b in s.eval.benchmarks).benchmarks.values()
+            ) == sorted(s.eval.benchmarks)

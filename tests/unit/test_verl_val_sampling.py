@@ -7,7 +7,8 @@ import pytest
 from verl.workers.config import SamplingConfig
 
 from dppo_bench.config import find_method, find_setting
-from dppo_bench.eval.spec import load_benchmark
+from dppo_bench.config.runs import resolve_run
+from dppo_bench.config.specs import load_benchmark
 from dppo_bench.verl_plugin.compose import compose_ppo_config, validate
 from dppo_bench.verl_plugin.run_config import RunPaths, run_overrides, val_sampling
 
@@ -33,7 +34,7 @@ def test_benchmarks_that_sample_differently_are_refused():
 def test_validation_generates_at_most_the_settings_response_length():
     setting = find_setting("moe_base_8k")  # 7,168 response tokens; the AIME benchmarks allow 16,384 offline
     assert setting.train.max_response_length < load_benchmark("aime24").sampling.max_tokens
-    cfg = compose_ppo_config(run_overrides(find_method("dppo_binary_tv"), setting, 0, PATHS))
+    cfg = compose_ppo_config(run_overrides(resolve_run(setting, find_method("dppo_binary_tv"), 0), PATHS))
     rollout = validate(cfg)["rollout"]
     assert rollout.response_length == setting.train.max_response_length
     assert (rollout.val_kwargs.n, rollout.val_kwargs.temperature, rollout.val_kwargs.top_p) == (32, 0.7, 0.95)

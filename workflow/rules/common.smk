@@ -6,7 +6,12 @@ from snakemake.utils import validate
 
 from dppo_bench import config as dc
 from dppo_bench.config.suite import load_suite
-from dppo_bench.plan import PROBE_RUNTIME_MIN
+from dppo_bench.eval.protocol import setting_protocol_sha256
+from dppo_bench.config.specs import load_any
+from dppo_bench.eval.step_samples import validated_online
+from dppo_bench.io import CorruptFileError
+from dppo_bench.plan import PROBE_RUNTIME_MIN, on_gpus
+from dppo_bench.rundir import RunDir, probe_record
 from dppo_bench.verify import changed_records
 
 validate(config, "../schemas/config.schema.yaml")
@@ -36,13 +41,14 @@ wildcard_constraints:
 
 
 def run_dir(w):
-    return f"results/runs/{w.setting}/{w.method}/seed{w.seed}"
+    return str(RunDir.of(w.setting, w.method, w.seed).path)
 
 
 def run_targets(setting, method, seed):
-    """What one run contributes to an experiment: its training and every benchmark's evaluation."""
-    base = f"results/runs/{setting}/{method}/seed{seed}"
-    return [f"{base}/train.completed"] + [f"{base}/eval/{b}/summary.json" for b in SETTINGS[setting].eval.benchmarks]
+    """What one run contributes to an experiment: its training and every benchmark's evaluation (online and
+    offline)."""
+    run = RunDir.of(setting, method, seed)
+    return [str(run.done)] + [str(run.eval_dir(b) / "summary.json") for b in SETTINGS[setting].eval.benchmarks]
 
 
 def experiment_inputs(w):
@@ -50,13 +56,13 @@ def experiment_inputs(w):
     damaged scores.json or metrics.jsonl makes the aggregation run again, and verify there names it."""
     experiment = EXPERIMENTS[w.experiment]
     keys = experiment.run_keys(lambda s: SETTINGS[s].seeds)
-    changed = [p for s, m, seed in keys for p in changed_records(f"results/runs/{s}/{m}/seed{seed}")]
-    return [t for key in keys for t in run_targets(*key)] + [probe_record(s) for s in experiment.probes] + changed
+    changed = [p for key in keys for p in changed_records(RunDir.of(*key).path)]
+    return [t for key in keys for t in run_targets(*key)] + [probe_target(s) for s in experiment.probes] + changed
 
 
-def probe_record(setting):
+def probe_target(setting):
     """Fig. 2's mismatch probe of one setting (one rollout batch, no training)."""
-    return f"results/probes/{setting}/mismatch.npz"
+    return str(probe_record(setting))
 
 
 def experiment_targets(ids):
@@ -83,16 +89,38 @@ def base_model(w):
 
 
 def eval_data(w):
-    """The problems a run is evaluated on: for a verl run, the prepared set its online validation used; for a local
-    run, the held-out split of its own base setting's tiny task (the start checks allow a local setting no benchmark
-    but the tiny task's)."""
+    """The problems a run is evaluated on: for a verl run, the benchmark's prepared set (its online validation's);
+    for a local run, the held-out split of its own base setting's tiny task (the start checks allow a local setting
+    no benchmark but the tiny task's)."""
     if backend(w) == "verl":
         return prepared(w.benchmark, "problems.jsonl")
     return f"results/data/tiny/{base_of(w)}/{os.path.basename(BENCHMARKS[w.benchmark].sources.local.path)}"
 
 
 def eval_steps(w):
-    return ",".join(str(s) for s in SETTINGS[w.setting].eval_steps())
+    return ",".join(str(s) for s in SETTINGS[w.setting].eval_steps(w.benchmark))
+
+
+def eval_engine(w):
+    """What generates from a run's saved weights: vLLM on a GPU setting's GPUs, else the HF backend on the CPU (the
+    tiny models of the local settings and of tiny_verl)."""
+    setting = SETTINGS[w.setting]
+    return "vllm" if setting.backend == "verl" and setting.verl.device == "cuda" else "hf"
+
+
+def eval_gpus(w):
+    """GPUs of an evaluation that generates on them: an offline benchmark of a GPU setting, or an online one whose
+    spec changed after the run validated it (its run.json says which); converting dumps needs none."""
+    setting = SETTINGS[w.setting]
+    if eval_engine(w) != "vllm":
+        return None
+    try:
+        info = RunDir(run_dir(w)).read_run()
+    except CorruptFileError:
+        return None  # the evaluation fails on it, naming the file
+    if w.benchmark in setting.eval.online and (not info or validated_online(info, BENCHMARKS[w.benchmark])):
+        return None
+    return setting.verl.parallelism.rollout_tensor
 
 
 # Recipe files are read from the recipe roots (dppo_bench.config.roots), not the working directory, so the pipeline
@@ -151,7 +179,8 @@ def verl_only(resource):
 
 # What a run is (run.json's setting and recipe sha256, which the trainer compares before it resumes) is a
 # parameter of every job built from the run: an edit that changes what the run computes makes its training,
-# evaluations, tables and figures out of date. The trainer then refuses to overwrite the old run, and keeps refusing
+# evaluations, tables and figures out of date. How a run is evaluated is not part of it (eval_protocol: a new or
+# edited benchmark re-evaluates, never retrains). The trainer then refuses to overwrite the old run, and keeps refusing
 # on every later snakemake (even after a failed attempt removed train.completed), until the run directory is moved
 # away or the recipe restored: the old run is never reported as the new recipe's. The recipe files themselves are
 # ancient() inputs: their time is not what a job depends on, so a comment or a renamed display_name (which the
@@ -172,10 +201,10 @@ def base_identity(w):
     return dc.canonical_sha256([local.model.model_dump(), local.task.model_dump(), local.pretrain.model_dump()])
 
 
-def benchmark_identity(w):
-    """An edited eval spec makes the evaluations on it out of date (dppo-bench evaluate then refuses old scores);
-    its title and notes do not."""
-    return dc.identity_sha256(BENCHMARKS[w.benchmark], ("title", "notes"))
+def eval_protocol(w):
+    """How the run is scored on the benchmark (dppo_bench.eval.protocol: the spec without its title and notes, the
+    steps, the longest response), which summary.json records: a change to it makes the evaluation out of date."""
+    return setting_protocol_sha256(SETTINGS[w.setting], BENCHMARKS[w.benchmark])
 
 
 def experiment_runs_identity(w):
@@ -193,9 +222,31 @@ def experiment_shown(w):
     return dc.canonical_sha256([experiment.model_dump(mode="json"), names])
 
 
-# The probe of each backend is its own rule (probe.smk); each accepts only its backend's setting ids.
-LOCAL_SETTINGS = "|".join(sorted(s for s, v in SETTINGS.items() if v.backend == "local"))
-VERL_SETTINGS = "|".join(sorted(s for s, v in SETTINGS.items() if v.backend == "verl"))
+# Setting ids by where their jobs run, as wildcard constraints. The probe of each backend is its own rule
+# (probe.smk), and the jobs that need GPUs (verl settings on CUDA) are rules of their own, train_gpu and
+# probe_mismatch_gpu: a cluster profile gives its GPU partition, GPU model and host memory to those rules, which a
+# profile can only do rule by rule (profiles/slurm); local and verl-on-CPU jobs never ask for a GPU.
+def setting_ids(keep):
+    return "|".join(sorted(s for s, v in SETTINGS.items() if keep(v))) or "(?!)"  # (?!): no id at all
+
+
+LOCAL_SETTINGS = setting_ids(lambda s: s.backend == "local")
+VERL_CPU_SETTINGS = setting_ids(lambda s: s.backend == "verl" and not on_gpus(s))
+CPU_SETTINGS = setting_ids(lambda s: not on_gpus(s))
+GPU_SETTINGS = setting_ids(on_gpus)
+
+
+# CPUs of a job that uses the whole machine it runs on (tiny pretraining, verl on the CPU). On one machine: every
+# core given with --cores (Snakemake runs nothing beside it). On a cluster, where each job is an allocation of its
+# own and no --cores is needed, CLUSTER_MACHINE_THREADS, the same when the executor submits the job and when the
+# job runs in its allocation (--set-threads tiny_pretrain=8 raises it for a rule).
+CLUSTER_MACHINE_THREADS = 2
+
+
+def machine_threads(w):
+    if workflow.non_local_exec or workflow.remote_exec:
+        return CLUSTER_MACHINE_THREADS
+    return workflow.cores
 
 
 def prepared(dataset, suffix):
@@ -210,11 +261,15 @@ def generated(path):
 
 def dataset_source(w):
     """The local file a dataset is prepared from, when the pipeline generates it (the tiny task's splits)."""
-    from dppo_bench.eval.spec import load_any
-
     spec = load_any(w.dataset)
     local = spec.sources.local
     return generated(local.path) if local is not None and spec.default_source() == "local" else []
+
+
+def source_option(w, input):
+    """``data prepare``'s --source: the generated file of :func:`dataset_source`, read from this directory; none for
+    a dataset from the hub or the shared data."""
+    return f"--source {input[0]}" if input else ""
 
 
 def verl_model(w):
@@ -224,8 +279,8 @@ def verl_model(w):
 
 def verl_threads(w):
     """verl on the CPU (verl.device: cpu) takes the machine: its Ray processes share every core. On GPUs the
-    job's CPUs come from the profile."""
-    return workflow.cores if SETTINGS[w.setting].verl.device == "cpu" else 1
+    job's CPUs come from the profile (cpus_per_gpu)."""
+    return machine_threads(w) if SETTINGS[w.setting].verl.device == "cpu" else 1
 
 
 def verl_train_data(w):
@@ -233,14 +288,16 @@ def verl_train_data(w):
 
 
 def verl_val_data(w):
-    return [prepared(b, "parquet") for b in SETTINGS[w.setting].eval.benchmarks]
+    """The online benchmarks, which verl validates on during training."""
+    return [prepared(b, "parquet") for b in SETTINGS[w.setting].eval.online]
 
 
 def verl_problems(w):
     return prepared(w.benchmark, "problems.jsonl")
 
 
-# Resources of a verl training job, from its setting (GPU model, partition, account: the profile's).
+# Resources of a verl job, from its setting (GPU model, partition, account: the profile's). GPUs only for settings
+# on GPUs: a verl.device: cpu setting's gpus_per_node are logical devices of its Ray cluster.
 def verl_nodes(w):
     return SETTINGS[w.setting].verl.nodes
 

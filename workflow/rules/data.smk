@@ -28,7 +28,7 @@ rule tiny_pretrain:
         "logs/tiny_pretrain/{base}.log",
     params:
         identity=base_identity,
-    threads: lambda w: workflow.cores  # asked for when a job is planned: --unlock needs no --cores
+    threads: machine_threads  # asked for when a job is planned: --unlock needs no --cores
     conda:
         "../../environment.yml"
     shell:
@@ -46,7 +46,7 @@ rule prepare_data:
         "logs/prepare_data/{dataset}.log",
     params:
         out=subpath(output.parquet, parent=True),
-        source=lambda w, input: f"--source {input[0]}" if input else "",  # a generated file, from this directory
+        source=source_option,
     wildcard_constraints:
         dataset="[a-z0-9_]+",
     localrule: True  # reads the Hugging Face hub: on the submit host, where clusters have internet

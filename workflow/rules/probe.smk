@@ -23,7 +23,8 @@ rule probe_mismatch_local:
 
 
 # Verl settings: a one-step run of verl's trainer on the setting's cluster shape (dppo_bench.verl_plugin.probe),
-# under the probe's time limit (dppo_bench.plan.PROBE_RUNTIME_MIN, the one `dppo-bench plan` budgets).
+# under the probe's time limit (dppo_bench.plan.PROBE_RUNTIME_MIN, the one `dppo-bench plan` budgets). On the CPU
+# (verl.device: cpu) here; on GPUs as probe_mismatch_gpu, to which the cluster profile gives its GPU partition.
 rule probe_mismatch_verl:
     input:
         setting=ancient(setting_file),
@@ -37,11 +38,10 @@ rule probe_mismatch_verl:
     params:
         identity=setting_identity,
     wildcard_constraints:
-        setting=VERL_SETTINGS,
+        setting=VERL_CPU_SETTINGS,
     threads: verl_threads
     resources:
         nodes=verl_nodes,
-        gpu=verl_gpus,
         runtime=PROBE_RUNTIME_MIN,
         mpi=verl_mpi,
         tasks_per_node=verl_tasks_per_node,
@@ -50,3 +50,15 @@ rule probe_mismatch_verl:
     shell:
         "dppo-bench probe mismatch --setting {wildcards.setting} --out {output} --train-data {input.train}"
         " --val-data {input.val} > {log} 2>&1"
+
+
+use rule probe_mismatch_verl as probe_mismatch_gpu with:
+    wildcard_constraints:
+        setting=GPU_SETTINGS,
+    threads: 1
+    resources:
+        nodes=verl_nodes,
+        gpu=verl_gpus,
+        runtime=PROBE_RUNTIME_MIN,
+        mpi=verl_mpi,
+        tasks_per_node=verl_tasks_per_node,

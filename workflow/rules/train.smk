@@ -4,6 +4,8 @@
 # the last one (verl: dppo_bench.verl_plugin.launch).
 
 
+# Runs on the CPU: the local backend, and verl with verl.device: cpu (its nodes, time limit and, across nodes, the
+# mpi job that builds Ray on them come from the setting, as for GPUs).
 rule train:
     input:
         unpack(train_inputs),
@@ -17,10 +19,11 @@ rule train:
         run_dir=run_dir,
         identity=run_identity,
         backend_options=train_backend_options,
+    wildcard_constraints:
+        setting=CPU_SETTINGS,
     threads: train_threads
     resources:
         nodes=verl_only(verl_nodes),
-        gpu=verl_only(verl_gpus),
         runtime=verl_only(verl_runtime),
         mpi=verl_only(verl_mpi),
         tasks_per_node=verl_only(verl_tasks_per_node),
@@ -29,3 +32,17 @@ rule train:
     shell:
         "dppo-bench train --setting {wildcards.setting} --method {wildcards.method} --seed {wildcards.seed}"
         " --out {params.run_dir} --train-data {input.train} {params.backend_options} --no-progress > {log} 2>&1"
+
+
+# verl settings on GPUs: the same job with the setting's GPUs; the cluster profile gives this rule its GPU
+# partition, GPU model and CPUs per GPU.
+use rule train as train_gpu with:
+    wildcard_constraints:
+        setting=GPU_SETTINGS,
+    threads: 1
+    resources:
+        nodes=verl_nodes,
+        gpu=verl_gpus,
+        runtime=verl_runtime,
+        mpi=verl_mpi,
+        tasks_per_node=verl_tasks_per_node,

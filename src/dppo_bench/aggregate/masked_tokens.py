@@ -14,7 +14,8 @@ from pathlib import Path
 from dppo_bench import canonical
 from dppo_bench.aggregate.collect import Run
 from dppo_bench.config import Experiment, Setting
-from dppo_bench.methods.masked_tokens import RUN_DIR_NAME, SIDES, read_rank_files, top_tokens
+from dppo_bench.masked_token_files import read_rank_files
+from dppo_bench.methods.masked_tokens import SIDES, top_tokens
 from dppo_bench.rundir import RunDir
 
 SIDE_TITLES = {"pos": "A > 0 (r > 1 + ε_high)", "neg": "A < 0 (r < 1 − ε_low)"}
@@ -25,7 +26,7 @@ def step_counts(run_dir: RunDir, steps: list[int] | None) -> list[dict]:
     metrics rows, or the verl backend's per-rank files up to the last step its metrics record."""
     rows = run_dir.read_metrics()
     by_step = {r["step"]: r[canonical.MASKED_TOKENS] for r in rows if isinstance(r.get(canonical.MASKED_TOKENS), dict)}
-    verl_dir = run_dir.path / RUN_DIR_NAME
+    verl_dir = run_dir.masked_tokens
     if verl_dir.is_dir():
         last = max((r["step"] for r in rows), default=0)
         by_step.update({s: c for s, c in read_rank_files(verl_dir).items() if s <= last})
@@ -50,7 +51,7 @@ def token_rows(
     for run in runs:
         if not run.usable:
             continue
-        run_dir = RunDir(root / run.setting / run.method / f"seed{run.seed}")
+        run_dir = RunDir.of(run.setting, run.method, run.seed, root)
         records = step_counts(run_dir, table.steps)
         decode: Callable[[int], str] | None = None
         for side in SIDES:

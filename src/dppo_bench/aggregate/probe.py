@@ -15,18 +15,16 @@ from pathlib import Path
 
 import numpy as np
 
+from dppo_bench.aggregate.figures import save_figure
 from dppo_bench.aggregate.tables import write_tables
-from dppo_bench.config import Experiment
+from dppo_bench.config import Experiment, find_setting
+from dppo_bench.errors import UserError
 from dppo_bench.probe.tokens import MismatchTokens, read_tokens
+from dppo_bench.rundir import probe_record
 
 BIN_EDGES = (0.0, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
 QUANTILES = (0.05, 0.5, 0.95)
 MAX_DOTS = 20_000
-
-
-def probe_path(root: Path, setting: str) -> Path:
-    """Where the pipeline keeps a setting's probe record (``root``: results/probes)."""
-    return root / setting / "mismatch.npz"
 
 
 def binned(tokens: MismatchTokens, values: np.ndarray) -> list[dict]:
@@ -159,19 +157,15 @@ def draw(experiment: Experiment, records: dict[str, MismatchTokens]):
 
 def aggregate_probes(experiment: Experiment, root: Path, out: Path, only: str | None) -> None:
     """Tables and figure of a probe experiment from the records under ``root`` (results/probes)."""
-    from dppo_bench.config import find_setting
-
-    records = {s: read_tokens(probe_path(root, s)) for s in experiment.probes}
+    records = {s: read_tokens(probe_record(s, root)) for s in experiment.probes}
     for setting, tokens in records.items():
-        if tokens.meta.get("setting_sha256") != find_setting(setting).sha256():
-            raise ValueError(f"{probe_path(root, setting)}: probed with another version of setting {setting!r}; rerun")
+        if not tokens.probed_with(find_setting(setting)):
+            raise UserError(f"{probe_record(setting, root)}: probed with another version of setting {setting!r}; rerun")
     if only != "figure":
         rows = table_rows(records)
         write_tables(out, to_markdown(experiment, records, rows), to_csv(rows), to_latex(rows))
     if only != "table":
         import matplotlib.pyplot as plt
-
-        from dppo_bench.aggregate.figures import save_figure
 
         fig = draw(experiment, records)
         save_figure(fig, out / "figure")

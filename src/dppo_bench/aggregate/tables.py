@@ -91,14 +91,20 @@ def _cell(row: dict, title: str, missing: str) -> str:
     return f"{value:.4g}" if abs(value) < 1e4 else f"{value:.3e}"
 
 
+def _markdown_row(cells: list[str]) -> str:
+    """One table row; a "|" inside a cell (|π − μ|) is escaped, or it would end the cell."""
+    return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+
 def to_markdown(experiment: Experiment, rows: list[dict]) -> str:
     titles = value_titles(experiment, rows)
     head = ["run", "seeds", "status", *titles]
-    lines = [f"# {experiment.title} [{experiment.paper_item}]", "", "| " + " | ".join(head) + " |"]
+    lines = [f"# {experiment.title} [{experiment.paper_item}]", "", _markdown_row(head)]
     lines.append("|" + "---|" * len(head))
     for row in rows:
-        cells = [row["run"], row["seeds"] or "-", row["status"], *(_cell(row, t, "missing") for t in titles)]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append(
+            _markdown_row([row["run"], row["seeds"] or "-", row["status"], *(_cell(row, t, "missing") for t in titles)])
+        )
     items = sorted({item for row in rows for item in row["paper_items"]})
     if items:
         lines += [

@@ -5,6 +5,18 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from dppo_bench.aggregate import contrasts
+from dppo_bench.aggregate.collect import collect
+from dppo_bench.aggregate.figures import plot
+from dppo_bench.aggregate.probe import aggregate_probes
+from dppo_bench.aggregate.reference import load_references
+from dppo_bench.aggregate.tables import table_rows, to_csv, to_latex, to_markdown, write_tables
+from dppo_bench.config import find_experiment, find_method, find_setting
+from dppo_bench.errors import UserError
+from dppo_bench.io import CorruptFileError
+from dppo_bench.rundir import run_name
+from dppo_bench.verify import redo, report
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("aggregate", help="figure (png, pdf) and tables (md, csv, tex) of an experiment")
@@ -17,19 +29,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def aggregate(args: argparse.Namespace) -> int:
-    from dppo_bench.aggregate import contrasts
-    from dppo_bench.aggregate.collect import collect
-    from dppo_bench.aggregate.figures import plot
-    from dppo_bench.aggregate.reference import load_references
-    from dppo_bench.aggregate.tables import table_rows, to_csv, to_latex, to_markdown, write_tables
-    from dppo_bench.config import find_experiment, find_method, find_setting
-
     experiment = find_experiment(args.experiment)
     out = args.out or Path("results") / experiment.id
     out.mkdir(parents=True, exist_ok=True)
     if experiment.probes:
-        from dppo_bench.aggregate.probe import aggregate_probes
-
         aggregate_probes(experiment, args.probes, out, args.only)
         return 0
     settings = {g.setting: find_setting(g.setting) for g in experiment.runs}
@@ -39,6 +42,12 @@ def aggregate(args: argparse.Namespace) -> int:
     references = load_references(experiment.id)
     usable = sum(r.usable for r in runs)
     print(f"{experiment.id}: {usable}/{len(runs)} runs usable -> {out}")
+    for run in runs:
+        if run.outdated_evaluations:
+            print(
+                f"  {run_name(run.setting, run.method, run.seed)}: not shown until evaluated again (their spec or "
+                f"steps changed; snakemake re-evaluates, without retraining): {', '.join(run.outdated_evaluations)}"
+            )
     if experiment.masked_tokens is not None:
         return write_token_table(experiment, runs, args.runs, settings, out, args.only)
     if args.only != "figure":
@@ -47,7 +56,7 @@ def aggregate(args: argparse.Namespace) -> int:
         write_tables(out, markdown, to_csv(experiment, rows), to_latex(experiment, rows))
     if args.only != "table":
         if not experiment.panels:
-            raise ValueError(f"experiment {experiment.id!r} has no panels, so no figure")
+            raise UserError(f"experiment {experiment.id!r} has no panels, so no figure")
         plot(experiment, runs, out / "figure", references)
     return 0
 
@@ -55,9 +64,6 @@ def aggregate(args: argparse.Namespace) -> int:
 def refuse_damage(runs) -> None:
     """No table or figure from damaged records: name them, and remove the markers of those the pipeline makes
     again (an evaluation's), so that the same command reruns what is needed."""
-    from dppo_bench.io import CorruptFileError
-    from dppo_bench.verify import redo, report
-
     found = [d for run in runs for d in run.damage]
     if found:
         damaged = sum(bool(run.damage) for run in runs)
@@ -65,11 +71,10 @@ def refuse_damage(runs) -> None:
 
 
 def write_token_table(experiment, runs, root: Path, settings, out: Path, only: str | None) -> int:
-    from dppo_bench.aggregate import masked_tokens as table
-    from dppo_bench.aggregate.tables import write_tables
+    from dppo_bench.aggregate import masked_tokens as table  # heavy: torch, which the CLI's other commands skip
 
     if only == "figure":
-        raise ValueError(f"experiment {experiment.id!r} is a table of masked tokens, with no figure")
+        raise UserError(f"experiment {experiment.id!r} is a table of masked tokens, with no figure")
     rows = table.token_rows(experiment, runs, root, settings)
     write_tables(out, table.to_markdown(experiment, runs, rows), table.to_csv(rows), table.to_latex(rows))
     return 0

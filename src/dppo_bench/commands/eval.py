@@ -5,6 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from dppo_bench.config import find_setting
+from dppo_bench.config.specs import load_benchmark
+from dppo_bench.eval.data import problems_for
+from dppo_bench.eval.generate import HFBackend, SamplingConfig, VLLMBackend, resolve_model, run_generation
+from dppo_bench.eval.prompts import load_prompt
+from dppo_bench.eval.protocol import sampling_of
+from dppo_bench.eval.verl_dump import convert_dump
+
 
 def _sampling_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("sampling (default: the benchmark's)")
@@ -56,30 +64,18 @@ def _max_tokens(spec, args: argparse.Namespace) -> int:
     if args.max_tokens:
         return args.max_tokens
     if args.setting:
-        from dppo_bench.config import find_setting
-
         return find_setting(args.setting).train.max_response_length
     return spec.sampling.max_tokens
 
 
 def _sampling(spec, args: argparse.Namespace, seed: int | None) -> dict:
-    s = spec.sampling
-    out = {
-        "n": args.n or spec.n,
-        "temperature": s.temperature if args.temperature is None else args.temperature,
-        "top_p": args.top_p or s.top_p,
-        "max_tokens": _max_tokens(spec, args),
-    }
+    flags = {"n": args.n, "temperature": args.temperature, "top_p": args.top_p}
+    out = sampling_of(spec, _max_tokens(spec, args), **flags)
     return out if seed is None else {**out, "seed": seed}
 
 
 def generate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
-
-    from dppo_bench.eval.data import problems_for
-    from dppo_bench.eval.generate import HFBackend, SamplingConfig, VLLMBackend, resolve_model, run_generation
-    from dppo_bench.eval.prompts import load_prompt
-    from dppo_bench.eval.spec import load_benchmark
 
     spec = load_benchmark(args.benchmark)
     problems = problems_for(spec, args.data)
@@ -116,10 +112,6 @@ def generate(args: argparse.Namespace) -> int:
 
 
 def convert(args: argparse.Namespace) -> int:
-    from dppo_bench.eval.data import problems_for
-    from dppo_bench.eval.spec import load_benchmark
-    from dppo_bench.eval.verl_dump import convert_dump
-
     spec = load_benchmark(args.benchmark)
     problems = problems_for(spec, args.data)
     summary = convert_dump(

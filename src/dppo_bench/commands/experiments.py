@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from dppo_bench.config import EXPERIMENTS_DIR, find_setting, load_experiment
+from dppo_bench.io import atomic_write_text
+from dppo_bench.plan import experiment_gpu_hours, on_gpus
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("experiments", help="the paper items this suite reproduces")
@@ -20,29 +24,27 @@ def settings_of(experiment) -> list[str]:
     return list(dict.fromkeys([*(g.setting for g in experiment.runs), *experiment.probes]))
 
 
-def run_command(experiment) -> str:
-    """How to build it: on this machine for local-backend settings, through SLURM once any setting needs verl."""
-    from dppo_bench.config import find_setting
+def needs_gpus(experiment) -> bool:
+    """Whether any setting it trains or probes runs on GPUs (verl.device: cpu settings do not)."""
+    return any(on_gpus(find_setting(s)) for s in settings_of(experiment))
 
-    backends = {find_setting(s).backend for s in settings_of(experiment)}
-    how = "--profile profiles/slurm" if "verl" in backends else "--cores 2"
+
+def run_command(experiment) -> str:
+    """How to build it: through SLURM once any setting needs GPUs; on this machine when every job runs on the CPU
+    (local settings, and verl on the CPU)."""
+    how = "--profile profiles/slurm" if needs_gpus(experiment) else "--cores 2"
     return f"snakemake {how} {experiment.id}"
 
 
 def budget(experiment) -> str:
-    """GPU-hours the experiment's verl runs may hold (nodes x GPUs x run-time limit); "CPU" when all are local."""
-    from dppo_bench.config import find_setting
-    from dppo_bench.plan import experiment_gpu_hours
-
-    settings = {s: find_setting(s) for s in settings_of(experiment)}
-    if all(s.backend == "local" for s in settings.values()):
+    """GPU-hours the experiment's GPU runs may hold (nodes x GPUs x run-time limit); "CPU" when none needs GPUs."""
+    if not needs_gpus(experiment):
         return "CPU"
+    settings = {s: find_setting(s) for s in settings_of(experiment)}
     return f"{experiment_gpu_hours(experiment, settings):,.0f}"
 
 
 def render_index() -> str:
-    from dppo_bench.config import EXPERIMENTS_DIR, find_setting, load_experiment
-
     lines = [
         "# Experiments",
         "",
@@ -65,7 +67,9 @@ def render_index() -> str:
         "now into `results/<id>/partial/`, missing and failed ones shown as such. GPU-hours (limit): the sum over "
         "the runs of nodes x GPUs per node x run-time limit from the setting files, the most the runs can hold; "
         "`dppo-bench plan <id>` lists each run's share and what already exists on disk (local settings: CPU-minutes "
-        "from the measured step cost).",
+        "from the measured step cost). CPU: every job runs on the CPU (the local backend, or verl with "
+        "`verl.device: cpu`), on this machine with `--cores 2` as written, or through SLURM with "
+        "`--profile profiles/slurm`; each verl run takes minutes (docs/verl-on-cpu.md).",
         "",
     ]
     for path in sorted(EXPERIMENTS_DIR.glob("*.yaml")):
@@ -75,8 +79,6 @@ def render_index() -> str:
 
 
 def list_experiments(args: argparse.Namespace) -> int:
-    from dppo_bench.config import EXPERIMENTS_DIR, load_experiment
-
     for path in sorted(EXPERIMENTS_DIR.glob("*.yaml")):
         e = load_experiment(path)
         print(f"{e.id:32s} {e.paper_item:34s} {e.title}")
@@ -84,9 +86,6 @@ def list_experiments(args: argparse.Namespace) -> int:
 
 
 def write_readme(args: argparse.Namespace) -> int:
-    from dppo_bench.config import EXPERIMENTS_DIR
-    from dppo_bench.io import atomic_write_text
-
     out = args.out or EXPERIMENTS_DIR / "README.md"
     atomic_write_text(out, render_index())
     print(f"wrote {out}")

@@ -6,6 +6,10 @@ import argparse
 import os
 from pathlib import Path
 
+from dppo_bench.config import find_setting
+from dppo_bench.errors import UserError
+from dppo_bench.probe.tokens import write_tokens
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("probe", help="measurements of one rollout batch, without training")
@@ -28,15 +32,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def probe_mismatch(args: argparse.Namespace) -> int:
-    from dppo_bench.config import find_setting
-    from dppo_bench.probe.tokens import write_tokens
-
     setting = find_setting(args.setting)
     if setting.backend == "verl":
         return probe_verl(args, setting)
     if args.base_model is None or args.train_data is None:
-        raise ValueError("a local-backend probe needs --base-model and --train-data")
-    from dppo_bench.probe.local import probe_mismatch as probe
+        raise UserError("a local-backend probe needs --base-model and --train-data")
+    from dppo_bench.probe.local import probe_mismatch as probe  # heavy: torch and verl, for this command only
 
     record = probe(setting, args.base_model, args.train_data, args.seed)
     write_tokens(args.out, record["mu"], record["pi"], record["tv"], record["meta"])
@@ -48,13 +49,13 @@ def probe_verl(args: argparse.Namespace, setting, *, trainer=None) -> int:
     """One-step probe run of verl's trainer (dppo_bench.verl_plugin.probe) in ``<out>.work/``, then the record."""
     import shutil
 
-    from dppo_bench.probe.tokens import write_tokens
+    # heavy: the verl launcher and its run config import torch, which the CLI's other commands skip
     from dppo_bench.verl_plugin.launch import parse_command, run_trainer
     from dppo_bench.verl_plugin.probe import PROBE_METHOD, collect, probe_overrides, probe_setting
     from dppo_bench.verl_plugin.run_config import RunPaths
 
     if args.train_data is None or not args.val_data:
-        raise ValueError("a verl-backend probe needs --train-data (parquet) and --val-data (the setting's parquets)")
+        raise UserError("a verl-backend probe needs --train-data (parquet) and --val-data (the setting's parquets)")
     work = args.out.with_name(args.out.name + ".work").resolve()
     if work.exists():  # a killed probe's dumps: the batch is drawn again from the start
         shutil.rmtree(work)

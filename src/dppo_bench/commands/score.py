@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from dppo_bench.config.specs import load_benchmark
+from dppo_bench.eval.data import problems_for
+from dppo_bench.eval.samples import read_samples
+from dppo_bench.eval.score import score_samples, write_scores
 from dppo_bench.eval.verifier import DEFAULT_TIMEOUT_S
 
 
@@ -35,11 +39,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def score(args: argparse.Namespace) -> int:
-    from dppo_bench.eval.data import problems_for
-    from dppo_bench.eval.samples import read_samples
-    from dppo_bench.eval.score import score_samples, write_scores
-    from dppo_bench.eval.spec import load_benchmark
-
     spec = load_benchmark(args.benchmark)
     problems = problems_for(spec, args.data)
     samples = read_samples(args.samples)

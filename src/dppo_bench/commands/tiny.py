@@ -5,6 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from dppo_bench.config import SETTINGS_DIR, ConfigError, find_setting
+from dppo_bench.eval.data import problems_sha256
+from dppo_bench.eval.pins import all_specs, check_digest
+from dppo_bench.local.task import make_splits, write_jsonl
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("tiny", help="tiny arithmetic task: data splits and base-model pretraining")
@@ -22,8 +27,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _local_setting(setting_id: str):
-    from dppo_bench.config import SETTINGS_DIR, ConfigError, find_setting
-
     setting = find_setting(setting_id)
     if setting.local is None:
         raise ConfigError(SETTINGS_DIR / f"{setting_id}.yaml", "local", "not a local-backend setting")
@@ -31,10 +34,7 @@ def _local_setting(setting_id: str):
 
 
 def write_data(args: argparse.Namespace) -> int:
-    from dppo_bench.eval.data import problems_sha256
-    from dppo_bench.eval.pins import all_specs, check_digest
-    from dppo_bench.local.pretrain import task_config
-    from dppo_bench.local.task import make_splits, write_jsonl
+    from dppo_bench.local.pretrain import task_config  # heavy: torch and transformers, which --help skips
 
     local = _local_setting(args.setting).local
     train, heldout = make_splits(local.task.seed, local.task.n_train, local.task.n_heldout, task_config(local))
@@ -51,7 +51,7 @@ def write_data(args: argparse.Namespace) -> int:
 
 
 def run_pretrain(args: argparse.Namespace) -> int:
-    from dppo_bench.local.pretrain import pretrain
+    from dppo_bench.local.pretrain import pretrain  # heavy: torch and transformers, which --help skips
 
     local = _local_setting(args.setting).local
     report = pretrain(local, args.out, threads=args.threads or local.threads, progress=not args.no_progress)

@@ -13,7 +13,13 @@ import sys
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+from dppo_bench.config.runs import resolve_run
+from dppo_bench.errors import UserError
+from dppo_bench.eval.pins import check_file
 from dppo_bench.io import file_sha256
+from dppo_bench.provenance import now
+from dppo_bench.rundir import WANDB_PROJECT, RunDir, experiment_name
+from dppo_bench.runlock import run_lock
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -42,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         nargs="+",
         default=[],
         help="prepared parquet files of the online benchmarks (space- or comma-separated), in the order of the "
-        "setting's eval.benchmarks",
+        "setting's eval.online",
     )
     verl.add_argument(
         "--verl-command",
@@ -59,9 +65,9 @@ def wandb_run(run_dir, setting, recipe, seed: int):
     import wandb
 
     return wandb.init(
-        project="dppo-bench",
+        project=WANDB_PROJECT,
         group=setting.id,
-        name=f"{setting.id}__{recipe.id}__seed{seed}",
+        name=experiment_name(setting.id, recipe.id, seed),
         dir=run_dir.path,
         mode=os.environ.get("WANDB_MODE", "offline"),
         config={"setting": setting.id, "method": recipe.id, "seed": seed, **run_dir.read_run()["hyperparameters"]},
@@ -79,26 +85,17 @@ def log_rows_to(run):
 
 
 def train(args: argparse.Namespace) -> int:
-    from dppo_bench.config import SETTINGS_DIR, find_method, load_setting, locate
-    from dppo_bench.config.suite import check_setting
-    from dppo_bench.eval.pins import check_file
-    from dppo_bench.eval.spec import load_benchmark
-    from dppo_bench.runlock import run_lock
-
-    setting_path = locate("setting", args.setting, SETTINGS_DIR)
-    setting, recipe = load_setting(setting_path), find_method(args.method)
-    recipe.profile(setting.hyperparameter_profile)  # fail now, not mid-run, on a missing profile
-    # and on a bad eval spec, or one the backend cannot evaluate, not after training
-    check_setting(setting, setting_path, {b: load_benchmark(b) for b in setting.eval.benchmarks})
+    # fails now, not mid-run or after training, on a missing profile or a bad (or unevaluable) eval spec
+    run = resolve_run(args.setting, args.method, args.seed)
     val_data = [p for arg in args.val_data for p in arg.split(",") if p]
     for data in [args.train_data, *val_data] if args.train_data else val_data:  # against what a spec pins for it
         check_file(Path(data))
-    if setting.backend == "verl":
-        return train_verl(args, setting, recipe)
+    if run.setting.backend == "verl":
+        return train_verl(args, run)
     if args.base_model is None or args.train_data is None:
-        raise ValueError("a local-backend run needs --base-model and --train-data")
+        raise UserError("a local-backend run needs --base-model and --train-data")
     with run_lock(args.out), terminate_as_exit():
-        return train_local(args, setting, recipe)
+        return train_local(args, run)
 
 
 @contextmanager
@@ -116,11 +113,10 @@ def terminate_as_exit():
         signal.signal(signal.SIGTERM, previous)
 
 
-def train_local(args: argparse.Namespace, setting, recipe) -> int:
-    from dppo_bench.local.trainer import LocalRun, LocalTrainer
-    from dppo_bench.provenance import now
-    from dppo_bench.rundir import RunDir
+def train_local(args: argparse.Namespace, resolved) -> int:
+    from dppo_bench.local.trainer import LocalRun, LocalTrainer  # heavy: torch and verl, for this backend only
 
+    setting, recipe = resolved.setting, resolved.recipe
     run_dir = RunDir(args.out).create()
     inputs = {
         "base_model": str(args.base_model),
@@ -129,7 +125,7 @@ def train_local(args: argparse.Namespace, setting, recipe) -> int:
         "train_data_sha256": file_sha256(args.train_data),
     }
     run_dir.start(setting, recipe, args.seed, inputs)
-    run = LocalRun(setting, recipe, args.seed, args.base_model, args.train_data)
+    run = LocalRun(setting, recipe, args.seed, args.base_model, args.train_data, resolved.train_data.answer_type)
     wb = wandb_run(run_dir, setting, recipe, args.seed) if args.wandb else None
     try:
         log_rows = log_rows_to(wb) if wb is not None else None
@@ -148,16 +144,15 @@ def train_local(args: argparse.Namespace, setting, recipe) -> int:
     return 0
 
 
-def train_verl(args: argparse.Namespace, setting, recipe) -> int:
-    from dppo_bench.rundir import RunDir
-    from dppo_bench.verl_plugin.launch import VerlRun, launch, parse_command
+def train_verl(args: argparse.Namespace, resolved) -> int:
+    from dppo_bench.verl_plugin.launch import VerlRun, launch, parse_command  # heavy: torch, for this backend only
 
     if args.train_data is None or not args.val_data:
-        raise ValueError("a verl-backend run needs --train-data (parquet) and --val-data (one parquet per benchmark)")
+        raise UserError(
+            "a verl-backend run needs --train-data (parquet) and --val-data (one parquet per online benchmark)"
+        )
     run = VerlRun(
-        setting=setting,
-        recipe=recipe,
-        seed=args.seed,
+        resolved=resolved,
         run_dir=RunDir(args.out),
         train_data=args.train_data,
         val_data=tuple(Path(p) for arg in args.val_data for p in arg.split(",") if p),

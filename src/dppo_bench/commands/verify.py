@@ -7,6 +7,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from dppo_bench.config import find_experiment, find_setting
+from dppo_bench.rundir import RunDir
+from dppo_bench.verify import redo, report, verify_run
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("verify", help="check a run's (or an experiment's runs') records; name what is damaged")
@@ -21,17 +25,13 @@ def run_dirs(target: str, root: Path) -> list[Path]:
     """A directory is one run; anything else names an experiment, whose runs are under ``root``."""
     if Path(target).is_dir():
         return [Path(target)]
-    from dppo_bench.config import find_experiment, find_setting
 
     experiment = find_experiment(target)
     keys = experiment.run_keys(lambda s: find_setting(s).seeds)
-    return [root / setting / method / f"seed{seed}" for setting, method, seed in keys]
+    return [RunDir.of(*key, root).path for key in keys]
 
 
 def verify(args: argparse.Namespace) -> int:
-    from dppo_bench.rundir import RunDir
-    from dppo_bench.verify import redo, report, verify_run
-
     found = []
     for target in args.targets:
         for path in run_dirs(target, args.runs):

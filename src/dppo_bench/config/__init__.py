@@ -2,8 +2,8 @@
 
 ``roots`` (where the yaml is read from), ``yaml_io`` (strict reading, errors naming file and field),
 ``loader`` (id = file name; an unknown id lists the known ones), ``identity`` (content hashes), ``methods``,
-``settings``, ``experiments``; ``suite`` checks them against the eval specs (import it explicitly: it reads
-:mod:`dppo_bench.eval.spec`, which builds on this package).
+``settings``, ``experiments``, ``specs`` (benchmarks and training datasets), ``runs`` (one run's facts, resolved
+once); ``suite`` checks them against each other (import it explicitly: it also checks the data files the specs pin).
 """
 
 from dppo_bench.config.experiments import (
@@ -21,8 +21,6 @@ from dppo_bench.config.experiments import (
 from dppo_bench.config.identity import canonical_sha256, identity_sha256
 from dppo_bench.config.loader import entry_paths, load_model, locate
 from dppo_bench.config.methods import (
-    IS_CAP_LIMIT,
-    Hyperparameters,
     MethodRecipe,
     find_method,
     load_method,
@@ -36,6 +34,7 @@ from dppo_bench.config.roots import (
     METHODS_DIR,
     PROMPTS_DIR,
     REPO_ROOT,
+    RULES_DIR,
     SETTINGS_DIR,
 )
 from dppo_bench.config.settings import (
@@ -56,16 +55,15 @@ __all__ = [
     "EVAL_DIR",
     "EXPERIMENTS_DIR",
     "ID_PATTERN",
-    "IS_CAP_LIMIT",
     "METHODS_DIR",
     "PROMPTS_DIR",
     "REPO_ROOT",
+    "RULES_DIR",
     "SETTINGS_DIR",
     "TABLE_STATS",
     "Column",
     "ConfigError",
     "Experiment",
-    "Hyperparameters",
     "LocalSpec",
     "MaskedTokenTable",
     "MethodRecipe",

@@ -191,7 +191,7 @@ def _check_metric(metric: str, settings: dict[str, Setting], path: Path, field: 
     benchmark = scored["benchmark"]
     if not any(benchmark in s.eval.benchmarks for s in settings.values()):
         evaluated = "; ".join(f"{s_id}: {', '.join(s.eval.benchmarks)}" for s_id, s in settings.items())
-        raise ConfigError(path, field, f"no setting of it evaluates {benchmark!r} (eval.benchmarks of {evaluated})")
+        raise ConfigError(path, field, f"no setting of it evaluates {benchmark!r} (eval.online/offline of {evaluated})")
 
 
 def experiment_paths(experiments_dir: Path = EXPERIMENTS_DIR) -> list[Path]:

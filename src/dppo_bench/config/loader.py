@@ -46,6 +46,32 @@ def refuse_id(path: Path, data: dict) -> dict:
     return data
 
 
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def extended_data(kind: str, path: Path, _seen: tuple[Path, ...] = ()) -> dict:
+    """``path``'s yaml with ``extends: <parent id>`` resolved: the parent's values (a file of the same directory, its
+    own ``extends`` resolved), overridden key by key by the file's own; ``kind`` names the entries in errors."""
+    data = refuse_id(path, read_yaml(path))
+    parent = data.pop("extends", None)
+    if parent is None:
+        return data
+    if not isinstance(parent, str):
+        raise ConfigError(path, "extends", f"expected the id of a {kind}, got {parent!r}")
+    parent_path = path.parent / f"{parent}.yaml"
+    if not parent_path.is_file():
+        raise ConfigError(path, "extends", f"no {kind} {parent!r} to extend; known: {known_ids(path.parent)}")
+    chain = (*_seen, path)
+    if parent_path in chain:
+        cycle = " -> ".join(p.stem for p in (*chain[chain.index(parent_path) :], parent_path))
+        raise ConfigError(path, "extends", f"a cycle: {cycle}")
+    return _deep_merge(extended_data(kind, parent_path, chain), data)
+
+
 def load_model(model: type[M], path: Path, data: dict | None = None, extra: dict | None = None) -> M:
     """``path``'s yaml (or ``data`` read from it) as ``model``, with the id taken from the file name and the
     ``extra`` fields the loader adds."""

@@ -17,6 +17,7 @@ ROOT_VARIABLE = "DPPO_BENCH_CONFIG_ROOT"
 CONFIG_ROOT = Path(os.environ.get(ROOT_VARIABLE) or REPO_ROOT).resolve()
 
 METHODS_DIR = CONFIG_ROOT / "recipes" / "methods"
+RULES_DIR = CONFIG_ROOT / "recipes" / "rules"  # a user's rule modules (*.py), imported before recipes are read
 SETTINGS_DIR = CONFIG_ROOT / "recipes" / "settings"
 DATASETS_DIR = CONFIG_ROOT / "recipes" / "datasets"
 EXPERIMENTS_DIR = CONFIG_ROOT / "experiments"

@@ -8,20 +8,25 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from dppo_bench.config.identity import identity_sha256
-from dppo_bench.config.loader import entry_paths, load_model, locate, refuse_id, require
+from dppo_bench.config.loader import entry_paths, extended_data, load_model, locate, require
 from dppo_bench.config.roots import EVAL_DIR, SETTINGS_DIR
-from dppo_bench.config.yaml_io import ConfigError, FieldError, Id, Strict, read_yaml
+from dppo_bench.config.yaml_io import FieldError, Id, Strict, read_yaml
+from dppo_bench.errors import UserError
 
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0.0)]
 Seed = Annotated[int, Field(ge=0)]  # a run's seed is a path component (seed<k>) the pipeline matches as digits
 
-# Fields that do not change what a run computes, left out of the setting's part of a run's identity: adding a
-# seed, renaming, citing, or a longer time limit must not mark finished runs stale or stop a killed one from
-# resuming. Everything else stays in, the cluster shape (verl.nodes, verl.gpus_per_node) included: it sets the
-# data-parallel split, and so the numerics, and verl's sharded checkpoints resume only at the world size that wrote
-# them. local.threads stays in too: torch's CPU kernels may sum in another order with another thread count.
-SETTING_NOT_IDENTITY = ("display_name", "paper", "seeds", "verl.runtime_min")
+# Fields that do not change what a run computes, left out of the setting's part of a run's (training) identity:
+# adding a seed, renaming, citing, a longer time limit, or a benchmark scored from the saved weights must not mark
+# finished runs stale or stop a killed one from resuming. Everything else stays in, the cluster shape (verl.nodes,
+# verl.gpus_per_node) included: it sets the data-parallel split, and so the numerics, and verl's sharded checkpoints
+# resume only at the world size that wrote them. local.threads stays in too: torch's CPU kernels may sum in another
+# order with another thread count. verl's online validation (eval.online, eval.every) stays in: it runs inside the
+# training job, on the rollout engine that also samples the training batches.
+SETTING_NOT_IDENTITY = ("display_name", "paper", "seeds", "verl.runtime_min", "eval.offline")
+# The local trainer evaluates nothing while it trains: every evaluation of a local run reads its checkpoints
+LOCAL_NOT_IDENTITY = (*SETTING_NOT_IDENTITY, "eval")
 
 
 class TrainSpec(Strict):
@@ -50,8 +55,23 @@ class TrainSpec(Strict):
 
 
 class EvalSpec(Strict):
-    benchmarks: list[str] = Field(min_length=1)
-    every: PositiveInt  # evaluate every this many steps (a multiple of train.save_every)
+    """Which benchmarks a setting's runs are scored on, and how (docs/evaluation.md, "Online and offline").
+
+    ``online``: verl validates them inside the training job every ``every`` steps (one sampling for all of them:
+    verl has one ``val_kwargs``), and their dumps are scored; part of the training identity. ``offline``: scored
+    after training from the weights saved every ``train.save_every`` steps, at the multiples of ``every`` that are
+    saved; not part of the training identity, so one added to a finished run is scored without retraining. The
+    local backend validates nothing while it trains: all of its benchmarks are offline.
+    """
+
+    online: list[str] = []
+    offline: list[str] = []
+    every: PositiveInt  # evaluate every this many steps
+
+    @property
+    def benchmarks(self) -> list[str]:
+        """Every benchmark the runs are scored on: the online ones, then the offline ones."""
+        return [*self.online, *self.offline]
 
 
 class TinyArch(Strict):
@@ -204,42 +224,55 @@ class Setting(Strict):
             raise FieldError("train.mini_batches", "must divide prompts_per_step (verl counts mini-batches in prompts)")
         if len(set(self.seeds)) < len(self.seeds):
             raise FieldError("seeds", f"a seed is listed twice: {self.seeds}")
+        benchmarks = self.eval.benchmarks
+        if not benchmarks:
+            raise FieldError("eval.offline", "list at least one benchmark (eval.online or eval.offline)")
+        if twice := sorted({b for b in benchmarks if benchmarks.count(b) > 1}):
+            field = "eval.online" if len(set(self.eval.online)) < len(self.eval.online) else "eval.offline"
+            raise FieldError(field, f"{twice} listed twice: a benchmark is scored online or offline, once")
+        if self.backend == "local" and self.eval.online:
+            raise FieldError(
+                "eval.online",
+                "the local backend validates nothing while it trains: list its "
+                "benchmarks under eval.offline (scored from its checkpoints)",
+            )
+        if self.backend == "verl" and not self.eval.online:
+            raise FieldError("eval.online", "verl validates during training: name at least one online benchmark")
         if self.backend == "local" and self.eval.every % self.train.save_every:
             raise FieldError("eval.every", "must be a multiple of train.save_every (evaluation reads checkpoints)")
         return self
 
     def sha256(self) -> str:
-        """The setting's part of a run's identity (the seed is a part of its own)."""
-        return identity_sha256(self, SETTING_NOT_IDENTITY)
+        """The setting's part of a run's training identity (the seed is a part of its own)."""
+        return identity_sha256(self, LOCAL_NOT_IDENTITY if self.backend == "local" else SETTING_NOT_IDENTITY)
 
-    def eval_steps(self) -> list[int]:
-        """Evaluated steps: 0 (the base model), then every eval.every (verl: its online validation steps)."""
-        return [0, *range(self.eval.every, self.train.steps + 1, self.eval.every)]
+    def eval_steps(self, benchmark: str) -> list[int]:
+        """The steps a benchmark is scored at: 0 (the base model), then every eval.every (online: verl's validation
+        steps); an offline benchmark only at those whose weights are saved (multiples of train.save_every)."""
+        steps = [0, *range(self.eval.every, self.train.steps + 1, self.eval.every)]
+        if benchmark in self.eval.online:
+            return steps
+        if benchmark not in self.eval.offline:
+            raise UserError(f"setting {self.id!r} does not evaluate {benchmark!r}")
+        return [s for s in steps if s % self.train.save_every == 0]
+
+    @property
+    def loss_scale_factor(self) -> int | None:
+        """seq-mean-token-sum-norm's constant normaliser, the longest response (not each micro-batch's padded
+        length), for both backends; None in the other modes."""
+        return self.train.max_response_length if self.loss_agg_mode == "seq-mean-token-sum-norm" else None
 
 
-def _deep_merge(base: dict, over: dict) -> dict:
-    out = dict(base)
-    for key, value in over.items():
-        out[key] = _deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
-
-
-def setting_data(path: Path, _seen: tuple[Path, ...] = ()) -> dict:
+def setting_data(path: Path) -> dict:
     """A setting's yaml with ``extends: <parent id>`` resolved: the parent's values, overridden key by key."""
-    data = refuse_id(path, read_yaml(path))
-    parent = data.pop("extends", None)
-    if parent is None:
-        return data
-    parent_path = path.parent / f"{parent}.yaml"
-    if not parent_path.is_file() or parent_path in _seen:
-        raise ConfigError(path, "extends", f"no setting {parent!r} to extend" if not parent_path.is_file() else "cycle")
-    return _deep_merge(setting_data(parent_path, (*_seen, path)), data)
+    return extended_data("setting", path)
 
 
 def load_setting(path: Path, eval_dir: Path = EVAL_DIR) -> Setting:
     setting = load_model(Setting, path, setting_data(path))
-    for i, benchmark in enumerate(setting.eval.benchmarks):
-        require("benchmark", benchmark, eval_dir, path, f"eval.benchmarks.{i}")
+    for field in ("online", "offline"):
+        for i, benchmark in enumerate(getattr(setting.eval, field)):
+            require("benchmark", benchmark, eval_dir, path, f"eval.{field}.{i}")
     return setting
 
 

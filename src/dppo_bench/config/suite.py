@@ -2,8 +2,8 @@
 start, so that a bad combination stops there, naming the file and the field, instead of yielding a silent
 wrong result later (an empty column, a tiny model scored on AIME).
 
-Separate from the per-file loaders because it reads the eval specs (:mod:`dppo_bench.eval.spec`), which build
-on this package.
+Separate from the per-file loaders because it reads them all, and the data files the specs pin
+(:mod:`dppo_bench.eval.pins`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from dppo_bench.canonical import EVAL_METRIC
 from dppo_bench.config.experiments import Experiment, experiment_paths, load_experiment, metric_fields
 from dppo_bench.config.methods import MethodRecipe, load_methods
 from dppo_bench.config.settings import Setting, load_setting, setting_paths
+from dppo_bench.config.specs import BenchmarkSpec, load_benchmarks
 from dppo_bench.config.yaml_io import ConfigError
-from dppo_bench.eval.spec import BenchmarkSpec, load_benchmarks
+from dppo_bench.eval.pins import check_present_sources, dataset_specs
 
 
 @dataclass(frozen=True)
@@ -31,14 +32,14 @@ def check_setting(setting: Setting, path: Path, benchmarks: dict[str, BenchmarkS
     """A local-backend setting evaluates only the tiny task: its tiny model cannot answer any other benchmark."""
     if setting.backend != "local":
         return
-    for i, benchmark in enumerate(setting.eval.benchmarks):
+    for i, benchmark in enumerate(setting.eval.offline):  # a local setting has no online benchmark
         if not benchmarks[benchmark].from_tiny_task():
             tiny = ", ".join(b for b, spec in benchmarks.items() if spec.from_tiny_task())
             message = (
                 f"benchmark {benchmark!r} cannot be run by the local backend (its tiny model answers only the tiny "
                 f"task's problems: {tiny}); evaluate it in a verl setting"
             )
-            raise ConfigError(path, f"eval.benchmarks.{i}", message)
+            raise ConfigError(path, f"eval.offline.{i}", message)
 
 
 def check_eval_metrics(experiment: Experiment, path: Path, benchmarks: dict[str, BenchmarkSpec]) -> None:
@@ -69,8 +70,6 @@ def load_suite() -> Suite:
     """Every experiment, setting, method recipe and eval spec of the roots, each valid on its own and all
     consistent (every run of every experiment has its hyperparameter profile too); every spec's local source that is
     present normalizes to the sha256 the spec pins."""
-    from dppo_bench.eval.pins import check_present_sources, dataset_specs
-
     benchmarks = load_benchmarks()
     check_present_sources([*benchmarks.values(), *dataset_specs()])
     settings = {}

@@ -9,11 +9,13 @@ from typing import Annotated, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from dppo_bench.errors import UserError
+
 ID_PATTERN = re.compile(r"^[a-z0-9_]+$")  # ids are path components and snakemake wildcards
 Id = Annotated[str, Field(pattern=ID_PATTERN.pattern)]
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """Bad input in a config file: the message names the file and the field."""
 
     def __init__(self, path: Path | str, field: str, message: str):

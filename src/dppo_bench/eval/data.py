@@ -12,8 +12,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dppo_bench.config import canonical_sha256
+from dppo_bench.config.specs import (
+    IDENTITY_FIELDS,
+    NORMALIZED_FIELDS,
+    DatasetSpec,
+    FieldRule,
+    Fields,
+    HubSource,
+    LocalSource,
+)
+from dppo_bench.errors import UserError
 from dppo_bench.eval.extract import last_box
-from dppo_bench.eval.spec import NORMALIZED_FIELDS, DatasetSpec, FieldRule, Fields, HubSource, LocalSource
 from dppo_bench.io import read_complete_jsonl
 
 # JSON escapes that ate a LaTeX backslash: "\f" (form feed) + "rac" was "\frac", "\t" + "riangle" was "\triangle".
@@ -21,7 +30,7 @@ _LOST_BACKSLASH = re.compile(r"\x0c|\x08|[\t\r](?=[a-z])")
 _LOST = {"\x0c": "\\f", "\x08": "\\b", "\t": "\\t", "\r": "\\r"}
 
 
-class DataError(ValueError):
+class DataError(UserError):
     """Bad data: the message names the file (and the row and field where there is one)."""
 
 
@@ -255,8 +264,6 @@ def load_problem_set(
 
 def read_normalized(path: Path) -> ProblemSet:
     """A normalized file ({id, problem, answer, ...} rows, e.g. ``<id>.problems.jsonl`` from data prepare)."""
-    from dppo_bench.eval.spec import IDENTITY_FIELDS
-
     problems, _ = normalize(read_rows(path), IDENTITY_FIELDS, str(path))
     return ProblemSet(problems, problems_sha256(problems), str(path), "local", None)
 
@@ -270,7 +277,7 @@ def problems_for(spec: DatasetSpec, data: Path | None = None) -> ProblemSet:
     checked against the sha256 the spec pins for it (:mod:`dppo_bench.eval.pins`)."""
     if data is None:
         return load_problem_set(spec)
-    from dppo_bench.eval.pins import check_digest
+    from dppo_bench.eval.pins import check_digest  # cycle: eval.pins reads problem sets through this module
 
     problems = read_normalized(data)
     check_digest(spec, data, problems.sha256)

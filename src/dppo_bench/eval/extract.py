@@ -1,6 +1,6 @@
 """Final-answer extraction from a model completion: pure string work, linear time, no verifier.
 
-The rules, in order (documented with their reasons in the README; cases in ``tests/cases/grading.json``):
+The rules, in order (documented with their reasons in docs/evaluation.md; cases in ``tests/cases/grading.json``):
 
 1. **Region.** Only the text after the last ``</think>`` is searched: an answer inside the reasoning is a draft.
    A completion that stops inside its reasoning has no answer, whatever the reasoning says: one that opened

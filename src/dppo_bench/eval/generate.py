@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
+import shutil
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from dppo_bench.config import canonical_sha256
+from dppo_bench.errors import UserError
 from dppo_bench.eval.data import Problem
 from dppo_bench.eval.prompts import PromptTemplate, render_chat
 from dppo_bench.eval.samples import SamplesError, SamplesWriter
@@ -77,19 +80,21 @@ def model_fingerprint(d: Path) -> str:
 
 def _verl_actor_dir(d: Path) -> Path | None:
     """The ``actor`` directory of a verl checkpoint named by ``d``: a checkpoint root (with
-    latest_checkpointed_iteration.txt), a ``global_step_N`` directory, or the actor directory itself."""
+    latest_checkpointed_iteration.txt), a ``global_step_N`` directory, or the actor directory itself (or the model
+    part of one, as :class:`dppo_bench.verl_plugin.keep_weights.KeepWeights` keeps it)."""
     tracker = d / "latest_checkpointed_iteration.txt"
     if tracker.is_file():
         d = d / f"global_step_{int(tracker.read_text().strip())}"
     if (d / "actor").is_dir():
         d = d / "actor"
-    if (d / "huggingface").is_dir() and (any(d.glob("model_world_size_*")) or (d / "dist_ckpt").is_dir()):
-        return d
-    return None
+    fsdp = (d / "huggingface").is_dir() and (any(d.glob("model_world_size_*")) or (d / "dist_ckpt").is_dir())
+    megatron = (d / "model" / "huggingface").is_dir() or (d / "model" / "dist_ckpt").is_dir()  # verl's layout v2
+    return d if fsdp or megatron else None
 
 
 def resolve_model(given: str, merge: Callable[[Path, Path, str], None] | None = None) -> ResolvedModel:
-    """An HF checkpoint directory, a verl checkpoint (merged to HF format once, next to it), or a hub model id."""
+    """An HF checkpoint directory, a verl checkpoint (its HF weights when it has them, else merged to HF format once,
+    next to it, by verl's model merger), or a hub model id."""
     d = Path(given)
     if not d.exists():
         if d.is_absolute() or given.startswith("."):
@@ -100,12 +105,20 @@ def resolve_model(given: str, merge: Callable[[Path, Path, str], None] | None = 
     actor = _verl_actor_dir(d)
     if actor is None:
         raise FileNotFoundError(f"{given}: neither an HF model directory (config.json + weights) nor a verl checkpoint")
-    if _has_weights(actor / "huggingface"):  # saved with checkpoint.save_contents including hf_model
-        return ResolvedModel(str(actor / "huggingface"), given, "verl", model_fingerprint(actor / "huggingface"))
+    # HF weights verl wrote itself: FSDP with hf_model in checkpoint.save_contents, Megatron's model with mbridge
+    for hf in (actor / "huggingface", actor / "model" / "huggingface"):
+        if (hf / "adapter").is_dir():  # Megatron LoRA: the base model's weights, the trained adapter beside them
+            raise UserError(f"{hf / 'adapter'}: a LoRA adapter; generating from a LoRA checkpoint is not supported")
+        if hf.is_dir() and _has_weights(hf):
+            return ResolvedModel(str(hf), given, "verl", model_fingerprint(hf))
     merged = actor / "huggingface_merged"
     if not (merged.is_dir() and _has_weights(merged)):
-        backend = "megatron" if (actor / "dist_ckpt").is_dir() else "fsdp"
-        (merge or merge_verl_checkpoint)(actor, merged, backend)
+        backend = "megatron" if (actor / "dist_ckpt").is_dir() or (actor / "model" / "dist_ckpt").is_dir() else "fsdp"
+        partial = merged.with_name(f"{merged.name}.partial")  # a merge cut short leaves no half model behind
+        shutil.rmtree(partial, ignore_errors=True)
+        (merge or merge_verl_checkpoint)(actor, partial, backend)
+        shutil.rmtree(merged, ignore_errors=True)
+        os.replace(partial, merged)
     return ResolvedModel(str(merged), given, "verl", model_fingerprint(merged))
 
 

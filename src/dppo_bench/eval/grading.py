@@ -24,11 +24,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal, get_args
 
+from dppo_bench.config.specs import AnswerType
 from dppo_bench.eval import verifier
 from dppo_bench.eval.extract import extract_answer
 from dppo_bench.eval.magnitude import as_written, too_large
 from dppo_bench.eval.pool import RETRY_FACTOR, Pair, Result, VerifierPool
-from dppo_bench.eval.values import AnswerType, as_integer, comparable
+from dppo_bench.eval.values import as_integer, comparable
 from dppo_bench.eval.verifier import DEFAULT_TIMEOUT_S
 
 ANSWER_TYPES: tuple[str, ...] = get_args(AnswerType)

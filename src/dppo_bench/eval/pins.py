@@ -16,8 +16,8 @@ from pathlib import Path
 
 from dppo_bench.config.loader import entry_paths
 from dppo_bench.config.roots import DATASETS_DIR, EVAL_DIR
+from dppo_bench.config.specs import DatasetSpec, load_benchmarks, load_dataset_spec
 from dppo_bench.eval.data import DataError, HashMismatch, load_problem_set, mismatch, read_normalized
-from dppo_bench.eval.spec import DatasetSpec, load_benchmarks, load_dataset_spec
 from dppo_bench.io import file_sha256, read_json
 
 

@@ -11,9 +11,9 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+from dppo_bench.config.specs import DatasetSpec
 from dppo_bench.eval.data import DataError, ProblemSet
 from dppo_bench.eval.prompts import PromptTemplate
-from dppo_bench.eval.spec import DatasetSpec
 from dppo_bench.io import atomic_write, atomic_write_json, atomic_write_text, file_sha256
 
 

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dppo_bench.errors import UserError
 from dppo_bench.io import atomic_write_bytes, naming
 
 FORMAT = "dppo-bench-samples/1"
@@ -29,7 +30,7 @@ GZIP_MAGIC = b"\x1f\x8b"  # the first two bytes of every gzip file
 VOLATILE_HEADER_KEYS = ("created",)  # differ between the runs of one resumed generation
 
 
-class SamplesError(ValueError):
+class SamplesError(UserError):
     """A samples file that cannot be read or extended: the message names the file (and line and field)."""
 
 

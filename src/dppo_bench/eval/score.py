@@ -15,21 +15,20 @@ template (``prompt``), which then decides the reasoning rule and is recorded as 
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
 
 from dppo_bench.config import ConfigError
+from dppo_bench.config.specs import BenchmarkSpec
 from dppo_bench.eval import verifier
 from dppo_bench.eval.data import ProblemSet, pinned_hashes
 from dppo_bench.eval.grading import DEFAULT_TIMEOUT_S, GradingPool, Verdict, grade_many
 from dppo_bench.eval.metrics import avg_at_n, bootstrap_ci, ks_for, mean_pass_at_k
 from dppo_bench.eval.prompts import load_prompt
 from dppo_bench.eval.samples import SamplesError, SamplesFile, truncation_message
-from dppo_bench.eval.spec import BenchmarkSpec
-from dppo_bench.io import atomic_write_bytes, atomic_write_json
+from dppo_bench.io import atomic_write_bytes, atomic_write_json, file_sha256
 
 CI_LEVEL = 0.95
 CI_RESAMPLES = 10_000
@@ -194,7 +193,7 @@ def summarize(
         "data_pinned": problems.sha256 in pinned_hashes(benchmark),  # equals a hash the benchmark spec pins
         "samples": {
             "path": str(samples.path),
-            "sha256": hashlib.sha256(samples.path.read_bytes()).hexdigest(),
+            "sha256": file_sha256(samples.path),
             "invalid_utf8_lines": samples.invalid_utf8_lines,
         },
         "scored_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -220,5 +219,5 @@ def write_scores(scores: dict, path: Path) -> None:
         data = gzip.compress("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode(), mtime=0)
         target = verdicts_path(path)
         atomic_write_bytes(target, data)
-        counts["verdicts"] = {"path": target.name, "sha256": hashlib.sha256(data).hexdigest()}
+        counts["verdicts"] = {"path": target.name, "sha256": file_sha256(target)}
     atomic_write_json(path, counts)

@@ -8,7 +8,6 @@ math-verify. ``comparable`` gives math-verify the same reading of degree signs a
 from __future__ import annotations
 
 import re
-from typing import Literal
 
 from dppo_bench.eval.answer_line import NAME_EQUALS
 from dppo_bench.eval.tex import matching_braces, strip_delimiters
@@ -26,10 +25,6 @@ _UNIT_SUFFIX = re.compile(  # degrees, percent, or a unit in words: "25^\circ", 
 )
 _DEGREE = re.compile(r"\s*\\degree(?![A-Za-z])")  # the gensymb/siunitx degree sign
 _MAX_INTEGER_CHARS = 80
-
-# How a benchmark's gold answers compare (dppo_bench.eval.grading.answer_kind): read from each answer ("auto"), all
-# as integers (AIME), or all by math-verify
-AnswerType = Literal["auto", "integer", "math"]
 
 
 def _unwrap(s: str) -> str:

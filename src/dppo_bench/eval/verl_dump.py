@@ -11,7 +11,6 @@ of other validation sets match no problem and are skipped.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -19,9 +18,10 @@ from pathlib import Path
 from dppo_bench.config import canonical_sha256
 from dppo_bench.eval.data import DataError, Problem, ProblemSet
 from dppo_bench.eval.samples import write_samples
-from dppo_bench.io import read_complete_jsonl
+from dppo_bench.io import file_sha256, read_complete_jsonl
 
 _INT = re.compile(r"\s*[+-]?\d+\s*")
+VERL_VALIDATION = "verl-validation"  # the model kind of converted samples' header (and so of their scores)
 
 
 def dump_path(dump: Path, step: int | None) -> Path:
@@ -106,10 +106,10 @@ def convert_dump(
     header = {
         "benchmark": benchmark,
         "data_sha256": problems.sha256,
-        "model": {"path": model, "kind": "verl-validation", "step": steps.pop() if len(steps) == 1 else None},
+        "model": {"path": model, "kind": VERL_VALIDATION, "step": steps.pop() if len(steps) == 1 else None},
         "sampling": sampling,
         "prompt": {"template": template, "prompts_sha256": canonical_sha256(prompts)},
-        "source": {"verl_dump": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()},
+        "source": {"verl_dump": str(path), "sha256": file_sha256(path)},
     }
     ordered = {p.id: completions[p.id] for p in problems.problems if p.id in completions}
     write_samples(out, header, ordered)

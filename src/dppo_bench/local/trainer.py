@@ -16,7 +16,7 @@ import io
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,14 +26,16 @@ from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
 from dppo_bench import canonical
 from dppo_bench.config import MethodRecipe, Setting
+from dppo_bench.config.runs import TINY_TRAIN_DATA
+from dppo_bench.config.specs import AnswerType, load_any
 from dppo_bench.eval.grading import grade
 from dppo_bench.io import CorruptFileError, read_complete_jsonl, verify_checksums
 from dppo_bench.local.batching import decode_responses, prompt_ids
 from dppo_bench.local.model import load_model, save_model
 from dppo_bench.local.rollout import RolloutBatch, RolloutEngine
 from dppo_bench.local.update import Batch, Loss, policy_log_probs, update
-from dppo_bench.methods import get_mask
 from dppo_bench.methods.masked_tokens import MaskedTokenCounts
+from dppo_bench.methods.verl_losses import rollout_correction
 from dppo_bench.mismatch import entropy_mean, mismatch_stats
 from dppo_bench.rundir import RunDir
 
@@ -57,6 +59,8 @@ class LocalRun:
     seed: int
     base_model: Path  # HF dir from the pretraining stage
     train_problems: Path  # normalized jsonl of the training split
+    # how a response is graded: the answer type of the tiny task's training spec, unless the command resolved it
+    answer_type: AnswerType = field(default_factory=lambda: load_any(TINY_TRAIN_DATA).answer_type)
 
 
 class LocalTrainer:
@@ -73,10 +77,8 @@ class LocalTrainer:
         self.run, self.dir, self.progress, self.log_rows = run, run_dir, progress, log_rows
         s, r = run.setting, run.recipe
         self.train, self.local = s.train, s.local
-        rule, hp = get_mask(r.mask), r.profile(s.hyperparameter_profile)
-        low, high = rule.low_high(hp.values())
-        batch_info = {"loss_scale_factor": s.train.max_response_length} if s.loss_agg_mode.endswith("norm") else {}
-        self.loss = Loss(rule, low, high, hp.is_cap, s.loss_agg_mode, batch_info, alpha=rule.alpha(hp.values()))
+        batch_info = {"loss_scale_factor": s.loss_scale_factor} if s.loss_scale_factor is not None else {}
+        self.loss = Loss.of(r, s.hyperparameter_profile, s.loss_agg_mode, batch_info)
         self.recompute = r.anchor == "recompute"
         self.problems = read_complete_jsonl(run.train_problems)
         torch.set_num_threads(self.local.threads)
@@ -142,7 +144,7 @@ class LocalTrainer:
         texts = decode_responses(self.tokenizer, roll.response_ids, roll.response_mask)
         G = self.train.responses_per_prompt
         return torch.tensor(
-            [float(grade(t, problems[i // G]["answer"], "integer").correct) for i, t in enumerate(texts)]
+            [float(grade(t, problems[i // G]["answer"], self.run.answer_type).correct) for i, t in enumerate(texts)]
         )
 
     def _advantages(self, rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -179,26 +181,31 @@ class LocalTrainer:
             mu_log_probs=roll.mu_logprobs,
             anchor_log_probs=roll.mu_logprobs,
             advantages=advantages,
-            topk_ids=roll.mu_topk_ids if self.loss.rule.topk_kind else None,
-            topk_log_probs=roll.mu_topk_logprobs if self.loss.rule.topk_kind else None,
+            topk_ids=roll.mu_topk_ids if self.loss.topk_kind else None,
+            topk_log_probs=roll.mu_topk_logprobs if self.loss.topk_kind else None,
         )
 
     def _at_rollout_parameters(self, step: int, batch: Batch) -> tuple[Batch, dict]:
         """One no-grad pass over the whole batch at theta', before any update, when the step needs it: pi_old for
-        the recompute anchor, and the mismatch and entropy every ``mismatch_every`` steps."""
+        the recompute anchor (with verl's rollout correction for verl's own modes, once per batch as verl's driver
+        computes it), and the mismatch and entropy every ``mismatch_every`` steps."""
         every = self.train.mismatch_every
         measure = bool(every) and step % every == 0
         if not (self.recompute or measure):
             return batch, {}
         with torch.no_grad():
             log_pi, log_softmax = policy_log_probs(self.policy, batch, self.train.temperature)
+        measured = {}
+        if measure:
+            entropy = -(log_softmax.exp() * log_softmax).sum(-1)
+            mask = batch.response_mask
+            measured = {**mismatch_stats(log_pi, batch.mu_log_probs, mask), **entropy_mean(entropy, mask)}
         if self.recompute:
             batch = replace(batch, anchor_log_probs=log_pi)
-        if not measure:
-            return batch, {}
-        entropy = -(log_softmax.exp() * log_softmax).sum(-1)
-        mask = batch.response_mask
-        return batch, {**mismatch_stats(log_pi, batch.mu_log_probs, mask), **entropy_mean(entropy, mask)}
+            if self.loss.verl is not None:
+                weights, mask, _ = rollout_correction(self.loss.values, log_pi, batch.mu_log_probs, batch.response_mask)
+                batch = replace(batch, rollout_is_weights=weights, response_mask=mask, loss_mask=batch.response_mask)
+        return batch, measured
 
     def step(self, step: int) -> dict:
         t0 = time.perf_counter()
@@ -232,7 +239,7 @@ class LocalTrainer:
             canonical.REWARD_MEAN: rewards.mean().item(),
             canonical.RESPONSE_LENGTH_MEAN: roll.response_mask.sum(-1).float().mean().item(),
             **measured,
-            **{canonical.SURROGATE_STATS[k]: _reduce(k, [s[k] for s in stats]) for k in stats[0]},
+            **{canonical.LOSS_STATS[k]: _reduce(k, [s[k] for s in stats]) for k in _loss_stats(stats[0])},
             canonical.ROLLOUT_TOPK_MASS: roll.mu_topk_logprobs.exp().sum(-1)[roll.response_mask].mean().item(),
             canonical.MASKED_TOKENS: masked_tokens.as_record(),
             "train/loss": sum(losses) / len(losses),
@@ -266,6 +273,12 @@ class LocalTrainer:
                 self._checkpoint(step, rows)
                 rows = []
         return {"status": "completed", "last_step": self.train.steps}
+
+
+def _loss_stats(stats: dict) -> list[str]:
+    """The loss's statistics that metrics.jsonl records (verl's modes also return metrics the verl backend's records
+    leave out)."""
+    return [k for k in stats if k in canonical.LOSS_STATS]
 
 
 def _reduce(name: str, values: list[float]) -> float:

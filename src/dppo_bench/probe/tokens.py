@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dppo_bench.errors import UserError
 from dppo_bench.io import atomic_write
 
 
@@ -27,6 +28,10 @@ class MismatchTokens:
     def ratio(self) -> np.ndarray:
         """pi / mu of the sampled token."""
         return self.pi / np.maximum(self.mu, np.finfo(np.float32).tiny)
+
+    def probed_with(self, setting) -> bool:
+        """Whether the record is of ``setting`` as it is now (an edited setting makes it stale)."""
+        return self.meta.get("setting_sha256") == setting.sha256()
 
 
 def write_tokens(path: Path, mu, pi, tv, meta: dict) -> None:
@@ -43,5 +48,5 @@ def read_tokens(path: Path) -> MismatchTokens:
     with np.load(path) as data:
         missing = {"mu", "pi", "tv", "meta"} - set(data.files)
         if missing:
-            raise ValueError(f"{path}: not a mismatch probe record (missing {sorted(missing)})")
+            raise UserError(f"{path}: not a mismatch probe record (missing {sorted(missing)})")
         return MismatchTokens(data["mu"], data["pi"], data["tv"], json.loads(str(data["meta"])))

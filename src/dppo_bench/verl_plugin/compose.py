@@ -1,4 +1,4 @@
-"""Compose verl 0.9.1's own Hydra config with our overrides, on any machine.
+"""Compose verl 0.9.1's own Hydra config with our overrides, on any machine (`dppo-bench methods check-config`).
 
 This is what ``python -m verl.trainer.main_ppo`` does before it starts Ray: composing the
 ``ppo_trainer`` config rejects unknown keys and bad override syntax, and converting the

@@ -140,7 +140,6 @@ class PlatformCPU(PlatformBase):
         return None
 
 
-
 def gloo_process_group(original):
     def initialize_global_process_group_ray(timeout_second=None, backend=None):
         return original(timeout_second=timeout_second, backend=backend or "gloo")

@@ -1,70 +1,93 @@
-"""A method's hyperparameters in verl 0.9.1's existing actor keys, and back: one encoding and its inverse.
+"""The one channel that carries a rule's hyperparameters to verl's workers, and back out inside the loss.
 
-verl rejects unknown keys, so our values travel in keys that mean something else to verl's own modes:
+verl rejects config keys it does not know and its actor config has no free-form field, so our rules' values do not
+travel in verl's config at all: the launcher puts one environment variable, :data:`LOSS_ENV`, into Ray's runtime
+environment (every worker of the job gets it), holding the recipe's rule, the values of the profile the run uses
+(every declared hyperparameter, defaults filled in) and, for a rule loaded from a config root, the file of its module,
+which the plugin imports in each worker before it registers the loss modes (:mod:`dppo_bench.verl_plugin.entry`).
 
-* ``clip_ratio_low``: the threshold or clip of the negative-advantage side (delta, or eps_low);
-* ``clip_ratio_high``: the same for the positive side;
-* ``clip_ratio_c``: C of the IS weight min(pi/mu, C); :data:`NO_CAP` means none (a recipe's ``is_cap: null``,
-  the paper's C = infinity; recipe validation keeps a real cap below it, so no cap is ever read as none);
-* ``policy_loss.dro_beta``: alpha of the efficiency study's rules only (read by verl's ``dro`` mode alone, and None
-  by default, so a run that forgot to set it fails instead of relaxing nothing).
-
-:func:`to_verl` writes them (the overrides), :func:`from_verl` reads them back in the loss; a test round-trips every
-recipe and profile.
+:func:`encode` writes it, :func:`decode` reads it inside the loss and validates it against the rule's declaration
+again; a test round-trips every recipe and profile through verl's own Hydra composition. verl's own loss modes keep
+their hyperparameters in verl's keys, each with the meaning verl gives it
+(:mod:`dppo_bench.methods.verl_losses`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import os
+import re
+from functools import lru_cache
 from typing import Any
 
-from dppo_bench.config import IS_CAP_LIMIT, Hyperparameters
-from dppo_bench.methods import MaskRule
+from dppo_bench.methods import HyperparameterError, MaskRule, Values, load_rule_file
 
-NO_CAP = IS_CAP_LIMIT
-ALPHA = "policy_loss.dro_beta"  # under actor_rollout_ref.actor
-
-
-@dataclass(frozen=True)
-class LossValues:
-    """What the shared surrogate needs of a method besides its rule."""
-
-    low: float
-    high: float
-    is_cap: float | None
-    alpha: float | None = None
-
-    @classmethod
-    def of(cls, rule: MaskRule, hp: Hyperparameters) -> LossValues:
-        low, high = rule.low_high(hp.values())
-        return cls(low, high, hp.is_cap, rule.alpha(hp.values()))
+LOSS_ENV = "DPPO_BENCH_LOSS"
+RAY_ENV_VARS = "+ray_kwargs.ray_init.runtime_env.env_vars"  # what Ray gives every process of the job
 
 
-def to_verl(values: LossValues) -> dict[str, float]:
-    """The actor keys (relative to ``actor_rollout_ref.actor``) and their values."""
-    keys = {
-        "clip_ratio_low": values.low,
-        "clip_ratio_high": values.high,
-        "clip_ratio_c": NO_CAP if values.is_cap is None else float(values.is_cap),
-    }
-    return keys | ({ALPHA: values.alpha} if values.alpha is not None else {})
+class ChannelError(ValueError):
+    """The channel is unset, unreadable, for another rule, or holds values the rule's declaration refuses."""
 
 
-def from_verl(rule: MaskRule, config: Any) -> LossValues:
-    """The values from verl's actor config (``ActorConfig`` or its dict form), as the loss receives it."""
-    low = config.clip_ratio_low if config.clip_ratio_low is not None else config.clip_ratio
-    high = config.clip_ratio_high if config.clip_ratio_high is not None else config.clip_ratio
-    cap = None if config.clip_ratio_c >= NO_CAP else float(config.clip_ratio_c)
-    return LossValues(float(low), float(high), cap, _alpha(rule, config))
+def encode(rule: MaskRule, values: Values) -> str:
+    """The channel's content for ``rule`` at one profile's ``values`` (compact JSON, keys sorted)."""
+    spec = {"rule": rule.name, "hyperparameters": values.values(), "module": rule.origin or None}
+    return json.dumps(spec, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
-def _alpha(rule: MaskRule, config: Any) -> float | None:
-    if not rule.reads_alpha:
-        return None
-    alpha = config.policy_loss.get("dro_beta", None)
-    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0.0 <= alpha <= 1.0:
-        raise ValueError(
-            f"loss mode {rule.name!r} reads alpha from actor_rollout_ref.actor.{ALPHA}, which must be a probability "
-            f"in [0, 1]; got {alpha!r}"
+def channel_override(rule: MaskRule, values: Values) -> str:
+    """The Hydra override that puts the channel into Ray's runtime environment."""
+    return f"{RAY_ENV_VARS}.{LOSS_ENV}={hydra_value(encode(rule, values))}"
+
+
+def hydra_value(value: Any) -> str:
+    """A value as a Hydra override writes it: null, true/false, a number, or a quoted string."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):  # Hydra unescapes backslashes only before a quote and at the end of a quoted string
+        quoted = re.sub(r"(\\*)'", lambda m: m[1] * 2 + "\\'", value)
+        return "'" + re.sub(r"(\\+)$", lambda m: m[1] * 2, quoted) + "'"
+    return repr(value)
+
+
+@lru_cache(maxsize=16)
+def _parse(text: str) -> dict:
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ChannelError(f"${LOSS_ENV} is not valid JSON ({e}): {text[:200]!r}") from None
+    if not isinstance(spec, dict) or not isinstance(spec.get("hyperparameters"), dict):
+        raise ChannelError(f"${LOSS_ENV} must be an object with a 'hyperparameters' object: {text[:200]!r}")
+    return spec
+
+
+def decode(rule: MaskRule, text: str | None) -> Values:
+    """The values the channel holds for ``rule``, validated against its declaration."""
+    if not text:
+        raise ChannelError(
+            f"loss mode {rule.name!r} reads its hyperparameters from ${LOSS_ENV}, which is unset in this process: "
+            f"dppo-bench's launcher puts it into Ray's runtime environment ({RAY_ENV_VARS}.{LOSS_ENV})"
         )
-    return float(alpha)
+    spec = _parse(text)
+    if spec.get("rule") != rule.name:
+        raise ChannelError(f"${LOSS_ENV} holds the hyperparameters of rule {spec.get('rule')!r}, not {rule.name!r}")
+    try:
+        return rule.values(**spec["hyperparameters"])
+    except HyperparameterError as e:
+        raise ChannelError(f"${LOSS_ENV}, rule {rule.name!r}: {e}") from None
+
+
+def current_values(rule: MaskRule) -> Values:
+    """The values of this process's channel for ``rule`` (what a loss reads in verl's workers)."""
+    return decode(rule, os.environ.get(LOSS_ENV))
+
+
+def load_channel_module() -> None:
+    """Import the rule module the channel names, if any (a user's rule, registered before verl needs it)."""
+    text = os.environ.get(LOSS_ENV)
+    module = _parse(text).get("module") if text else None
+    if module:
+        load_rule_file(module)

@@ -33,8 +33,12 @@ from pathlib import Path
 
 from dppo_bench import canonical
 from dppo_bench.config import ConfigError, MethodRecipe, Setting
+from dppo_bench.config.runs import ResolvedRun
+from dppo_bench.errors import UserError
+from dppo_bench.eval import protocol
 from dppo_bench.io import file_sha256
-from dppo_bench.rundir import RunDir
+from dppo_bench.provenance import now
+from dppo_bench.rundir import RunDir, run_name
 from dppo_bench.runlock import run_lock
 from dppo_bench.verl_plugin.patches import PINNED_VERL
 from dppo_bench.verl_plugin.records import MetricMap, apply_attempt
@@ -52,7 +56,7 @@ def resumed_step(checkpoints: Path) -> int:
         return 0
     text = tracker.read_text().strip()
     if not text.isdigit():
-        raise ValueError(f"{tracker}: expected the step of the last checkpoint, found {text[:40]!r}")
+        raise UserError(f"{tracker}: expected the step of the last checkpoint, found {text[:40]!r}")
     return int(text) if (checkpoints / f"global_step_{int(text)}").is_dir() else 0
 
 
@@ -81,20 +85,24 @@ def _data_record(path: Path, spec_id: str, data_source: str) -> dict:
     return record
 
 
-def data_records(setting: Setting, train: Path, val: Sequence[Path]) -> dict:
-    from dppo_bench.eval.spec import load_any, load_benchmark
-
-    train_spec = load_any(setting.verl.train_data)
-    benchmarks = setting.eval.benchmarks
+def data_records(run: ResolvedRun, train: Path, val: Sequence[Path]) -> dict:
+    """run.json's ``inputs``; each online benchmark's record also says what it is and how verl samples it, which
+    decides whether its dumps are still its scores (:func:`dppo_bench.eval.step_samples.validated_online`)."""
+    setting, train_spec, benchmarks = run.setting, run.train_data, run.online
     if len(val) != len(benchmarks):
-        raise ValueError(
-            f"setting {setting.id!r} validates on {', '.join(benchmarks)}: give one --val-data file for each, in "
-            f"that order (got {len(val)})"
+        raise UserError(
+            f"setting {setting.id!r} validates on {', '.join(setting.eval.online)}: give one --val-data file for "
+            f"each, in that order (got {len(val)})"
         )
-    return {
-        "train": _data_record(train, train_spec.id, train_spec.data_source),
-        "val": [_data_record(p, b, load_benchmark(b).data_source) for p, b in zip(val, benchmarks, strict=True)],
-    }
+    online = [
+        {
+            **_data_record(p, b.id, b.data_source),
+            "spec_sha256": protocol.spec_sha256(b),
+            "sampling": protocol.sampling_of(b, setting.train.max_response_length),
+        }
+        for p, b in zip(val, benchmarks, strict=True)
+    ]
+    return {"train": _data_record(train, train_spec.id, train_spec.data_source), "val": online}
 
 
 def model_record(setting: Setting) -> tuple[dict, Path | None]:
@@ -124,9 +132,7 @@ def cached_revision(repo_id: str) -> str | None:
 
 @dataclass(frozen=True)
 class VerlRun:
-    setting: Setting
-    recipe: MethodRecipe
-    seed: int
+    resolved: ResolvedRun  # the setting, recipe, seed and data specs, resolved once by the command
     run_dir: RunDir
     train_data: Path
     val_data: tuple[Path, ...]
@@ -135,15 +141,23 @@ class VerlRun:
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
 
     @property
-    def logs(self) -> Path:
-        return self.run_dir.path / "verl_logs"
+    def setting(self) -> Setting:
+        return self.resolved.setting
+
+    @property
+    def recipe(self) -> MethodRecipe:
+        return self.resolved.recipe
+
+    @property
+    def seed(self) -> int:
+        return self.resolved.seed
 
     def paths(self, attempt: int, model: Path | None) -> RunPaths:
         return RunPaths(
             run_dir=self.run_dir.path.resolve(),
             train_file=self.train_data.resolve(),
             val_files=tuple(p.resolve() for p in self.val_data),
-            metrics_log=(self.logs / f"attempt-{attempt:03d}.jsonl").resolve(),
+            metrics_log=self.run_dir.attempt_log(attempt).resolve(),
             model=model,
         )
 
@@ -151,11 +165,9 @@ class VerlRun:
 def _validated_at(run: VerlRun, step: int) -> bool:
     """Whether step ``step``'s online validation is already recorded (metrics and dump): then a resumed attempt
     need not validate again before training."""
-    from dppo_bench.eval.spec import load_benchmark
-
-    wanted = {canonical.eval_metric(b, load_benchmark(b).n) for b in run.setting.eval.benchmarks}
+    wanted = {canonical.eval_metric(b.id, b.n) for b in run.resolved.online}
     row = next((r for r in run.run_dir.read_metrics() if r["step"] == step), {})
-    dump = run.run_dir.path / "validation" / f"{step}.jsonl"
+    dump = run.run_dir.validation_dump(step)
     return wanted <= {k for k, v in row.items() if v is not None} and dump.is_file()
 
 
@@ -195,11 +207,19 @@ def placement(env: Mapping[str, str], nodes: int) -> SlurmJob | None:
         return None
     job = SlurmJob.from_env(env)
     if job is None:
-        raise ValueError(
+        raise UserError(
             f"this setting trains on {nodes} nodes: run it inside a SLURM allocation of {nodes} nodes "
             "(snakemake --profile profiles/slurm) or point RAY_ADDRESS at a Ray cluster of that size"
         )
     return job
+
+
+def own_ray(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a one-node trainer: verl's ``ray.init()`` without an address would join the newest
+    cluster that ``ray start`` left on the machine (a user's own, on a workstation or a shared login node), and then
+    fail on the ``num_cpus`` it passes; ``RAY_ADDRESS=local`` makes Ray start one of its own. A ``RAY_ADDRESS`` the
+    user set is kept."""
+    return {**env, "RAY_ADDRESS": env.get("RAY_ADDRESS") or "local"}
 
 
 def slurm_record(env: Mapping[str, str]) -> dict | None:
@@ -248,7 +268,7 @@ def run_trainer(
         try:
             if job is None:
                 where["ray"] = env.get("RAY_ADDRESS") or "started by verl"
-                signals.child = popen(argv, env=env, pass_fds=keep_fds)
+                signals.child = popen(argv, env=own_ray(env), pass_fds=keep_fds)
                 return _wait(signals.child), where
             ray_cluster = plan(job, nodes, gpus_per_node)
             with cluster(ray_cluster) as ray_env:
@@ -267,15 +287,13 @@ def launch(run: VerlRun, *, trainer: Callable[..., tuple[int, dict]] = run_train
 
 
 def _attempt(run: VerlRun, trainer: Callable[..., tuple[int, dict]], held: ExitStack) -> dict:
-    from dppo_bench.provenance import now
-
     verl_version = metadata.version("verl")
     if verl_version != PINNED_VERL:
-        raise ValueError(f"dppo-bench's verl runs need verl=={PINNED_VERL}; the installed verl is {verl_version}")
+        raise UserError(f"dppo-bench's verl runs need verl=={PINNED_VERL}; the installed verl is {verl_version}")
     s, v = run.setting, run.setting.verl
     placement(run.env, v.nodes)  # before anything is written: a multi-node run needs an allocation
-    data = data_records(s, run.train_data, run.val_data)
-    metric_map = MetricMap.for_benchmarks(s.eval.benchmarks)
+    data = data_records(run.resolved, run.train_data, run.val_data)
+    metric_map = MetricMap.for_benchmarks(run.resolved.online)
     model, snapshot = model_record(s)
     lock = held.enter_context(run_lock(run.run_dir.path))
     run.run_dir.create()
@@ -286,7 +304,7 @@ def _attempt(run: VerlRun, trainer: Callable[..., tuple[int, dict]], held: ExitS
     k, resumed = len(attempts) + 1, resumed_step(run.run_dir.checkpoints)
     paths = run.paths(k, snapshot)
     wandb_mode = run.env.get("WANDB_MODE", "offline")
-    overrides = run_overrides(run.recipe, s, run.seed, paths, wandb=run.wandb, wandb_mode=wandb_mode)
+    overrides = run_overrides(run.resolved, paths, wandb=run.wandb, wandb_mode=wandb_mode)
     if resumed and _validated_at(run, resumed):
         overrides.append("trainer.val_before_train=False")  # that step's validation is recorded already
     attempt = {"attempt": k, "log": str(paths.metrics_log), "resumed_from": resumed, "started_at": now()}
@@ -297,13 +315,13 @@ def _attempt(run: VerlRun, trainer: Callable[..., tuple[int, dict]], held: ExitS
         cluster={"nodes": v.nodes, "gpus_per_node": v.gpus_per_node, "gpus": v.nodes * v.gpus_per_node},
         attempts=attempts,
     )
-    run.logs.mkdir(exist_ok=True)
+    run.run_dir.verl_logs.mkdir(exist_ok=True)
     paths.metrics_log.write_bytes(b"")  # fresh: verl would truncate it anyway
 
     env = {**run.env, **device_env(s), "VERL_FILE_LOGGER_PATH": str(paths.metrics_log), "PYTHONUNBUFFERED": "1"}
     env["VERL_USE_EXTERNAL_MODULES"] = _with_plugin(run.env.get("VERL_USE_EXTERNAL_MODULES", ""))
     env["WANDB_MODE"] = wandb_mode
-    print(f"attempt {k} of {s.id}/{run.recipe.id}/seed{run.seed}, resuming from step {resumed}", flush=True)
+    print(f"attempt {k} of {run_name(s.id, run.recipe.id, run.seed)}, resuming from step {resumed}", flush=True)
     returncode, where, error = None, {}, None
     try:
         # verl's trainer holds the run's lock too: killed, the launcher leaves no unlocked run while verl writes

@@ -11,7 +11,7 @@ mode the run was configured in (see :mod:`dppo_bench.verl_plugin.overrides`):
   so mu recovered from them would be silently wrong beyond that. The weight is always
   min(pi / mu, C).
 
-Hyperparameters come through verl's existing keys (:mod:`dppo_bench.verl_plugin.hyperparameters`).
+Hyperparameters come through our channel (:mod:`dppo_bench.verl_plugin.hyperparameters`), not verl's keys.
 
 What verl's loss signature cannot carry (mu's log-probs in decoupled mode, the per-token top-K
 divergence, pi's entropy for the statistics of the masked tokens) the patched ``ppo_loss``
@@ -25,8 +25,10 @@ from typing import Any
 import torch
 
 from dppo_bench.methods import MaskRule, surrogate_loss
-from dppo_bench.verl_plugin.hyperparameters import from_verl
+from dppo_bench.verl_plugin.hyperparameters import current_values
 from dppo_bench.verl_plugin.loss_inputs import current
+from dppo_bench.verl_plugin.masked_tokens import current_counter
+from dppo_bench.verl_plugin.patches import installation_error
 
 
 def _anchors(
@@ -83,8 +85,6 @@ def _required(rule: MaskRule, value: torch.Tensor | None, what: str, origin: str
 
 def _topk_divergence(rule: MaskRule, log_prob: torch.Tensor) -> torch.Tensor:
     """The per-token top-K divergence the trainer's forward computed for this ``ppo_loss`` call."""
-    from dppo_bench.verl_plugin.patches import installation_error
-
     if installation_error() is not None:
         raise RuntimeError(f"loss mode {rule.name!r}: {installation_error()}")
     return _required(
@@ -97,8 +97,6 @@ def _topk_divergence(rule: MaskRule, log_prob: torch.Tensor) -> torch.Tensor:
 
 def _on_masked(advantages: torch.Tensor):
     """Counts the masked tokens' ids while the step collects them (App. D); None otherwise."""
-    from dppo_bench.verl_plugin.masked_tokens import current_counter
-
     counter, ids = current_counter(), current().response_ids
     if counter is None or ids is None:
         return None
@@ -126,21 +124,18 @@ def make_verl_loss(rule: MaskRule):
         rollout_is_weights: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         if config is None:
-            raise ValueError(f"loss mode {rule.name!r} needs the actor config (clip_ratio_low/high/c)")
+            raise ValueError(f"loss mode {rule.name!r} needs the actor config (its global_batch_info)")
         topk = _topk_divergence(rule, log_prob) if rule.needs_topk else None
         mu, anchor = _anchors(rule, old_log_prob, rollout_is_weights, response_mask.bool())
-        values = from_verl(rule, config)
+        values = current_values(rule)
         loss, stats = surrogate_loss(
             rule,
+            values,
             log_prob=log_prob,
             mu_log_prob=mu,
             anchor_log_prob=anchor,
             advantages=advantages,
             response_mask=response_mask.bool(),
-            low=values.low,
-            high=values.high,
-            alpha=values.alpha,
-            is_cap=values.is_cap,
             loss_agg_mode=loss_agg_mode,
             topk_divergence=topk,
             batch_info=dict(config.global_batch_info),

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import torch
 
-from dppo_bench.methods.masked_tokens import MaskedTokenCounts, step_file, write_counts
+from dppo_bench.masked_token_files import step_file, write_counts
+from dppo_bench.methods.masked_tokens import MaskedTokenCounts
 from dppo_bench.verl_plugin.run_config import MASKED_TOKENS_DIR_ENV
 from dppo_bench.verl_plugin.topk.hooks import wrap
 

@@ -1,14 +1,18 @@
 """The one place that turns a method recipe into verl 0.9.1 config overrides.
 
-verl's keys are overloaded (``clip_ratio_*`` is a ratio for PPO and a divergence threshold for
-DPPO), so recipes never spell them; this module does, and its tests pin the result.
+A rule of ours sends its hyperparameters through our channel (:mod:`dppo_bench.verl_plugin.hyperparameters`) and
+sets no verl key of the loss but its name: verl's keys are overloaded (``clip_ratio_*`` is a ratio for PPO and a
+divergence threshold for DPPO), so they carry nothing of ours. A recipe of verl's own loss mode sets exactly the
+keys its declaration names (:mod:`dppo_bench.methods.verl_losses`), with verl's meaning. Tests pin the result.
 """
 
 from __future__ import annotations
 
 from dppo_bench.config import MethodRecipe
-from dppo_bench.methods import get_mask
-from dppo_bench.verl_plugin.hyperparameters import LossValues, to_verl
+from dppo_bench.errors import UserError
+from dppo_bench.methods.params import Anchor, Values
+from dppo_bench.methods.verl_losses import IN_LOSS, VerlLoss
+from dppo_bench.verl_plugin.hyperparameters import channel_override, hydra_value
 from dppo_bench.verl_plugin.topk.fields import CUSTOM_KEY, VLLM_DEFAULT_MAX_LOGPROBS
 
 ACTOR = "actor_rollout_ref.actor"
@@ -20,18 +24,17 @@ PAPER_TOPK = 20  # Sec. 4.3: K = 20, vLLM's default cap on returned log-probs
 def method_overrides(recipe: MethodRecipe, profile: str, *, topk: int = PAPER_TOPK) -> list[str]:
     """Hydra overrides selecting ``recipe`` with the hyperparameters of ``profile``.
 
-    Rollout anchor: bypass mode, so verl passes mu as ``old_log_prob`` and skips the recompute
+    Our rules. Rollout anchor: bypass mode, so verl passes mu as ``old_log_prob`` and skips the recompute
     pass. Recompute anchor: decoupled mode with token-level rollout IS at an unbounded
     threshold; the weights tell the loss the mode, and mu's log-probs reach it beside them
-    (see :mod:`dppo_bench.verl_plugin.losses`).
+    (see :mod:`dppo_bench.verl_plugin.losses`). verl's own modes: :func:`verl_loss_overrides`.
     """
-    rule = get_mask(recipe.mask)
-    values = to_verl(LossValues.of(rule, recipe.profile(profile)))
-    overrides = [
-        f"{ACTOR}.policy_loss.loss_mode={recipe.mask}",
-        *(f"{ACTOR}.{key}={value}" for key, value in values.items()),
-        "actor_rollout_ref.rollout.calculate_log_probs=True",
-    ]
+    values = recipe.profile(profile)
+    overrides = [f"{ACTOR}.policy_loss.loss_mode={recipe.loss_mode}"]
+    if recipe.verl is not None:
+        return overrides + verl_loss_overrides(recipe.verl, recipe.anchor, values)
+    rule = recipe.rule
+    overrides += [channel_override(rule, values), "actor_rollout_ref.rollout.calculate_log_probs=True"]
     if recipe.anchor == "rollout":
         overrides += [f"{ROLLOUT_CORRECTION}.bypass_mode=True", f"{ROLLOUT_CORRECTION}.rollout_is=null"]
     else:
@@ -47,6 +50,25 @@ def method_overrides(recipe: MethodRecipe, profile: str, *, topk: int = PAPER_TO
     return overrides
 
 
+def verl_loss_overrides(loss: VerlLoss, anchor: Anchor, values: Values) -> list[str]:
+    """verl's own mode: every declared key with its value (the bypass_mode loss's correction is not in verl's yaml,
+    hence added), and the mode of the anchor; the recompute anchor's correction is among the declared keys."""
+    overrides = ["actor_rollout_ref.rollout.calculate_log_probs=True"]
+    overrides += [
+        f"{'+' if key.startswith(f'{IN_LOSS}.') else ''}{key}={hydra_value(value)}"
+        for key, value in loss.keys(anchor, values).items()
+    ]
+    if anchor == "rollout":
+        overrides += [
+            f"{ROLLOUT_CORRECTION}.bypass_mode=True",
+            f"{ROLLOUT_CORRECTION}.rollout_is=null",
+            f"{ROLLOUT_CORRECTION}.rollout_rs=null",
+        ]
+    else:
+        overrides += [f"{ROLLOUT_CORRECTION}.bypass_mode=False"]
+    return overrides
+
+
 def topk_overrides(k: int) -> list[str]:
     """What a Top-K loss mode needs from verl besides the loss (see :mod:`dppo_bench.verl_plugin.topk`).
 
@@ -56,7 +78,7 @@ def topk_overrides(k: int) -> list[str]:
     carries the kept set from the agent loop to the actor.
     """
     if k < 1:
-        raise ValueError(f"top-K needs K >= 1, got {k}")
+        raise UserError(f"top-K needs K >= 1, got {k}")
     overrides = [
         f"++actor_rollout_ref.rollout.custom.{CUSTOM_KEY}={k}",
         "actor_rollout_ref.model.use_fused_kernels=False",

@@ -64,7 +64,7 @@ def install() -> None:
     for name, patch in PATCHES:
         when_imported(name, patch)
     if cpu_requested():
-        from dppo_bench.verl_plugin import cpu
+        from dppo_bench.verl_plugin import cpu  # optional: a CPU run's alone; it imports verl's platform layer
 
         cpu.install()
     _status = None

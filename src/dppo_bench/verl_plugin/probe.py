@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from dppo_bench.config import Setting, find_method
+from dppo_bench.config.runs import resolve_run
 from dppo_bench.io import atomic_write
 from dppo_bench.verl_plugin.run_config import ENV, RunPaths, run_overrides
 
@@ -36,7 +37,7 @@ def probe_setting(setting: Setting) -> Setting:
 
 def probe_overrides(setting: Setting, paths: RunPaths, dump_dir: Path, seed: int = 0) -> list[str]:
     """The run's verl overrides (later ones win over run_overrides' own): no validation, no checkpoint."""
-    overrides = run_overrides(find_method(PROBE_METHOD), probe_setting(setting), seed, paths)
+    overrides = run_overrides(resolve_run(probe_setting(setting), find_method(PROBE_METHOD), seed), paths)
     return [
         *overrides,
         "trainer.val_before_train=False",

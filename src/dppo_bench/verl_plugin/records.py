@@ -22,13 +22,15 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from dppo_bench import canonical
+from dppo_bench.config.specs import BenchmarkSpec
+from dppo_bench.errors import UserError
 from dppo_bench.io import read_jsonl
 from dppo_bench.rundir import RunDir
 
 _VALIDATION = re.compile(canonical.VERL_VALIDATION_KEY)
 
 
-class RecordError(ValueError):
+class RecordError(UserError):
     """A verl log that cannot be read: the message names the file and the line."""
 
 
@@ -51,18 +53,16 @@ class MetricMap:
         self.benchmarks = dict(benchmarks)
 
     @classmethod
-    def for_benchmarks(cls, benchmark_ids: Iterable[str]) -> MetricMap:
-        from dppo_bench.eval.spec import load_benchmark
-
+    def for_benchmarks(cls, benchmarks: Iterable[BenchmarkSpec]) -> MetricMap:
         by_source: dict[str, str] = {}
-        for b in benchmark_ids:
-            source = load_benchmark(b).data_source
+        for b in benchmarks:
+            source = b.data_source
             if source in by_source:
-                raise ValueError(
-                    f"benchmarks {by_source[source]} and {b} share data_source {source!r}: verl's validation metrics "
-                    "are keyed by data_source, so one run cannot validate on both"
+                raise UserError(
+                    f"benchmarks {by_source[source]} and {b.id} share data_source {source!r}: verl's validation "
+                    "metrics are keyed by data_source, so one run cannot validate on both"
                 )
-            by_source[source] = b
+            by_source[source] = b.id
         return cls(by_source)
 
     def name(self, key: str) -> str | None:

@@ -11,23 +11,29 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from dppo_bench.config import MethodRecipe, Setting
-from dppo_bench.methods.masked_tokens import RUN_DIR_NAME as MASKED_TOKENS_RUN_DIR
+from dppo_bench.config import Setting
+from dppo_bench.config.runs import ResolvedRun
+from dppo_bench.errors import UserError
+from dppo_bench.eval.protocol import sampling_of
+from dppo_bench.rundir import WANDB_PROJECT, RunDir, experiment_name
+from dppo_bench.verl_plugin.hyperparameters import RAY_ENV_VARS
 from dppo_bench.verl_plugin.overrides import ACTOR, method_overrides
 
 ROLLOUT = "actor_rollout_ref.rollout"
 MODEL = "actor_rollout_ref.model"
-ENV = "+ray_kwargs.ray_init.runtime_env.env_vars"
+ENV = RAY_ENV_VARS
 REWARD_FUNCTION = Path(__file__).resolve().parents[1] / "eval" / "verl_reward.py"
-PROJECT = "dppo-bench"
 MISMATCH_EVERY_KEY = "dppo_bench_mismatch_every"  # in rollout.custom, verl's free extension dict
 PLUGIN_MODULE = "dppo_bench.verl_plugin.entry"  # the plugin's entry point (pyproject.toml), for Ray workers
+KEEP_WEIGHTS = "dppo_bench.verl_plugin.keep_weights.KeepWeights"  # verl's checkpoint callback (imports verl)
 CPU_SWITCH = "DPPO_BENCH_VERL_DEVICE"  # =cpu: the plugin makes verl run on the CPU (dppo_bench.verl_plugin.cpu)
 
 
 def cpu_requested() -> bool:
     """Whether this process runs verl on the CPU (the switch in its environment: see :func:`device_env`)."""
     return os.environ.get(CPU_SWITCH, "").strip().lower() == "cpu"
+
+
 MASKED_TOKENS_DIR_ENV = "DPPO_BENCH_MASKED_TOKENS_DIR"  # read by dppo_bench.verl_plugin.masked_tokens
 
 
@@ -43,33 +49,30 @@ class RunPaths:
 
     @property
     def checkpoints(self) -> Path:
-        return self.run_dir / "checkpoints"
+        return RunDir(self.run_dir).checkpoints
 
     @property
     def validation(self) -> Path:
-        return self.run_dir / "validation"
-
-
-def experiment_name(setting: Setting, recipe: MethodRecipe, seed: int) -> str:
-    return f"{setting.id}__{recipe.id}__seed{seed}"
+        return RunDir(self.run_dir).validation
 
 
 def val_sampling(benchmarks: list) -> dict:
-    """verl has one set of validation sampling parameters: the online benchmarks must agree on them. The
-    benchmarks' max_tokens is not among them: verl 0.9.1's val_kwargs (SamplingConfig) has no length, so online
-    validation generates at most rollout.response_length, the setting's max_response_length."""
-    sampling = {(b.n, b.sampling.temperature, b.sampling.top_p) for b in benchmarks}
+    """verl has one set of validation sampling parameters: the online benchmarks must agree on them (one that
+    samples otherwise is scored offline: the setting's eval.offline). The benchmarks' max_tokens is not among them:
+    verl 0.9.1's val_kwargs (SamplingConfig) has no length, so online validation generates at most
+    rollout.response_length, the setting's max_response_length (as :func:`dppo_bench.eval.protocol.sampling_of`)."""
+    sampling = {tuple(sampling_of(b, max_tokens=None).items()) for b in benchmarks}
     if len(sampling) != 1:
         ids = ", ".join(b.id for b in benchmarks)
-        raise ValueError(f"benchmarks {ids} sample differently; verl validates all of them with one val_kwargs")
-    n, temperature, top_p = sampling.pop()
-    return {"n": n, "temperature": temperature, "top_p": top_p}
+        raise UserError(
+            f"online benchmarks {ids} sample differently, and verl validates all of them with one val_kwargs: "
+            "list all but one set of them under eval.offline"
+        )
+    return {k: v for k, v in sampling.pop() if k != "max_tokens"}
 
 
 def run_overrides(
-    recipe: MethodRecipe,
-    setting: Setting,
-    seed: int,
+    run: ResolvedRun,
     paths: RunPaths,
     *,
     wandb: bool = False,
@@ -77,12 +80,11 @@ def run_overrides(
 ) -> list[str]:
     """Every override of one run; ``wandb`` adds verl's wandb logger in ``wandb_mode`` (the launcher passes the
     user's WANDB_MODE, offline when unset)."""
-    from dppo_bench.eval.spec import load_benchmark
-
+    setting, recipe, seed = run.setting, run.recipe, run.seed
     if setting.verl is None:
-        raise ValueError(f"setting {setting.id!r} is not a verl-backend setting")
+        raise UserError(f"setting {setting.id!r} is not a verl-backend setting")
     v, t = setting.verl, setting.train
-    val = val_sampling([load_benchmark(b) for b in setting.eval.benchmarks])
+    val = val_sampling(list(run.online))
     loggers = '["console","file","wandb"]' if wandb else '["console","file"]'
     schedule_key = "lr_decay_style" if v.engine == "megatron" else "lr_scheduler_type"  # FSDP and Megatron differ
     overrides = [
@@ -154,14 +156,16 @@ def run_overrides(
         "trainer.val_before_train=True",
         f"trainer.save_freq={t.save_every}",
         "trainer.resume_mode=auto",
-        # checkpoints serve resumption (the AIME curves come from online validation): the last two, so one
-        # survives a save cut short, instead of every save_every steps of a 30B model with its optimizer
+        # checkpoints serve resumption: the last two, so one survives a save cut short, instead of every save_every
+        # steps of a 30B model with its optimizer; the model of each one stays in RUN_DIR/weights, for the
+        # benchmarks scored offline (dppo_bench.verl_plugin.keep_weights)
         "trainer.max_actor_ckpt_to_keep=2",
+        f"trainer.checkpoint_callback_class={KEEP_WEIGHTS}",
         f"trainer.default_local_dir={paths.checkpoints}",
         f"trainer.validation_data_dir={paths.validation}",
         f"trainer.logger={loggers}",
-        f"trainer.project_name={PROJECT}",
-        f"trainer.experiment_name={experiment_name(setting, recipe, seed)}",
+        f"trainer.project_name={WANDB_PROJECT}",
+        f"trainer.experiment_name={experiment_name(setting.id, recipe.id, seed)}",
         f"trainer.nnodes={v.nodes}",
         # Hydra's record of the composed config beside the attempt's log, not in the directory verl was started from
         f"hydra.run.dir={paths.metrics_log.with_suffix('.hydra')}",
@@ -169,14 +173,15 @@ def run_overrides(
         # every Ray worker imports verl and hence our plugin; the env var is the belt to those braces
         f"{ENV}.VERL_USE_EXTERNAL_MODULES={PLUGIN_MODULE}",
         f"{ENV}.VERL_FILE_LOGGER_PATH={paths.metrics_log}",
-        f"{ENV}.{MASKED_TOKENS_DIR_ENV}={paths.run_dir / MASKED_TOKENS_RUN_DIR}",  # App. D (verl_plugin.masked_tokens)
+        f"{ENV}.{MASKED_TOKENS_DIR_ENV}={RunDir(paths.run_dir).masked_tokens}",  # App. D (verl_plugin.masked_tokens)
     ]
-    if setting.loss_agg_mode.endswith("-norm"):  # a constant normaliser, not each micro-batch's padded length
-        overrides.append(f"{ACTOR}.loss_scale_factor={t.max_response_length}")
+    if setting.loss_scale_factor is not None:
+        overrides.append(f"{ACTOR}.loss_scale_factor={setting.loss_scale_factor}")
     if wandb:
         overrides += [f"{ENV}.WANDB_DIR={paths.run_dir}", f"{ENV}.WANDB_MODE={wandb_mode}"]
     overrides += [f"{ENV}.{name}='{value}'" for name, value in device_env(setting).items()]  # Ray: strings only
-    return overrides + engine_overrides(setting) + cpu_overrides(setting)
+    # an override that two parts need is given once (trainer.use_v1: the mismatch pass's and a Top-K method's)
+    return list(dict.fromkeys(overrides + engine_overrides(setting) + cpu_overrides(setting)))
 
 
 def device_env(setting: Setting) -> dict[str, str]:

@@ -5,7 +5,11 @@ its own otherwise. Across nodes the cluster has to be built inside the allocatio
 ``examples/slurm/ray_on_slurm.slurm`` does it: one ``srun`` step per node, ``ray start --head`` on the first
 node and ``ray start --address`` on the others (each ``--block``, so the step lives as long as Ray does), then the
 trainer on the head node. :class:`RayOnSlurm` does this, waits until every node and GPU has joined, and stops Ray
-when the trainer ends. The commands are built by plain functions, tested without SLURM.
+when the trainer ends. The commands are built by plain functions; tests/slurm runs them on a real SLURM.
+
+Ray 2.60's ``ray start --head`` turns on token authentication and admits only processes that hold the token, which
+a node or driver given the address does not get by itself: each cluster gets a token of its own, handed to every
+step (and to the trainer) in its environment, so no shared home directory is needed (:func:`ray_auth_env`).
 
 The pipeline runs a multi-node training job as an ``mpi`` job of the SLURM executor plugin, so that its command
 runs in the batch step on the first node instead of inside a one-task ``srun`` (see ``verl_mpi`` in
@@ -15,6 +19,9 @@ runs in the batch step on the first node instead of inside a one-task ``srun`` (
 from __future__ import annotations
 
 import json
+import os
+import re
+import secrets
 import subprocess
 import sys
 import time
@@ -22,7 +29,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-RAY_PORT = 6379
+RAY_PORT = 6379  # Ray's own default, for a cluster planned outside an allocation
+
+
+def ray_port(job_id: str) -> int:
+    """The head's port in allocation ``job_id``: not Ray's default 6379, where a Ray that a user left running on
+    the node would be in the way, and distinct for jobs that share a node; below Linux's ephemeral range."""
+    digits = re.match(r"\d*", job_id)[0]  # 123, or 123 of an array task's 123_4
+    return 20000 + int(digits or 0) % 10000
 
 
 class ClusterError(RuntimeError):
@@ -169,9 +183,16 @@ def plan_cluster(
         head_ip=parse_ip(output(ip_command(hosts[0], job.job_id))),
         gpus_per_node=gpus_per_node,
         cpus_per_node=job.cpus_per_task,
+        port=ray_port(job.job_id),
         ray=str(ray) if ray.exists() else "ray",
         job_id=job.job_id,
     )
+
+
+def ray_auth_env(token: str) -> dict[str, str]:
+    """What lets a process into a Ray cluster started with ``token`` (Ray versions without token authentication
+    ignore it)."""
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
 
 
 _PROBE = (
@@ -182,9 +203,11 @@ _PROBE = (
 )
 
 
-def probe_cluster(address: str) -> tuple[int, float] | None:
-    """(alive nodes, GPUs) of the cluster at ``address``; None while it does not answer."""
-    proc = subprocess.run([sys.executable, "-c", _PROBE, address], capture_output=True, text=True, check=False)
+def probe_cluster(address: str, env: Mapping[str, str]) -> tuple[int, float] | None:
+    """(alive nodes, GPUs) of the cluster at ``address``; None while it does not answer. ``env``: this process's
+    environment with the cluster's token."""
+    argv = [sys.executable, "-c", _PROBE, address]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=dict(env))
     if proc.returncode:
         return None
     info = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -192,13 +215,13 @@ def probe_cluster(address: str) -> tuple[int, float] | None:
 
 
 class RayOnSlurm:
-    """``with RayOnSlurm(cluster) as env:`` a running cluster; ``env`` points the trainer at it."""
+    """``with RayOnSlurm(cluster) as env:`` a running cluster; ``env`` points the trainer at it and lets it in."""
 
     def __init__(
         self,
         cluster: RayCluster,
         *,
-        probe: Callable[[str], tuple[int, float] | None] = probe_cluster,
+        probe: Callable[[str, Mapping[str, str]], tuple[int, float] | None] = probe_cluster,
         popen: Callable[..., subprocess.Popen] = subprocess.Popen,
         timeout_s: float = 600.0,
         poll_s: float = 5.0,
@@ -208,6 +231,8 @@ class RayOnSlurm:
         self.cluster, self.probe, self.popen, self.log = cluster, probe, popen, log
         self.timeout_s, self.poll_s, self.stop_timeout_s = timeout_s, poll_s, stop_timeout_s
         self.steps: list[tuple[str, subprocess.Popen]] = []
+        self.auth = ray_auth_env(secrets.token_hex(32))
+        self.env = {**os.environ, **self.auth}  # of the srun steps and the probe: srun passes it to every node
 
     def __enter__(self) -> dict[str, str]:
         c = self.cluster
@@ -221,14 +246,14 @@ class RayOnSlurm:
             self.stop()
             raise
         self.log(f"ray: {len(c.nodes)} nodes, {len(c.nodes) * c.gpus_per_node} GPUs at {c.address}")
-        return {"RAY_ADDRESS": c.address}
+        return {"RAY_ADDRESS": c.address, **self.auth}
 
     def __exit__(self, *exc) -> None:
         self.stop()
 
     def _start(self, node: str, argv: list[str]) -> None:
         self.log(f"ray: starting on {node}: {' '.join(argv)}")
-        self.steps.append((node, self.popen(argv)))
+        self.steps.append((node, self.popen(argv, env=self.env)))
 
     def _wait(self, nodes: int, gpus: int) -> None:
         deadline = time.monotonic() + self.timeout_s
@@ -236,7 +261,7 @@ class RayOnSlurm:
             for node, step in self.steps:
                 if step.poll() is not None:
                     raise ClusterError(f"ray start on {node} exited with {step.returncode} before the cluster was up")
-            seen = self.probe(self.cluster.address)
+            seen = self.probe(self.cluster.address, self.env)
             if seen is not None and seen[0] >= nodes and seen[1] >= gpus:
                 return
             if time.monotonic() >= deadline:

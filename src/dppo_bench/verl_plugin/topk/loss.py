@@ -21,8 +21,11 @@ import torch
 
 from dppo_bench.methods import MaskRule, get_mask
 from dppo_bench.verl_plugin.loss_inputs import LossInputs, exposed
+from dppo_bench.verl_plugin.masked_tokens import current_counter
+from dppo_bench.verl_plugin.probe import PROBE_DIR_ENV, dump_if_probing
 from dppo_bench.verl_plugin.topk.fields import DIVERGENCE_KEYS, TOPK_LOGPROBS
 from dppo_bench.verl_plugin.topk.hooks import wrap
+from dppo_bench.verl_plugin.topk.layout import response_rows, sequence_lengths
 
 TOPK_MASS_METRIC = "actor/rollout_topk_mass_mean"
 ROLLOUT_LOG_PROBS = "rollout_log_probs"  # mu's log-probs in verl's batch, in both modes
@@ -39,8 +42,6 @@ def our_rule(loss_mode: str) -> MaskRule | None:
 @torch.no_grad()
 def rollout_topk_mass(data) -> float:
     """Mean over the micro-batch's response tokens of the probability mass of mu's kept top-K set."""
-    from dppo_bench.verl_plugin.topk.layout import response_rows, sequence_lengths
-
     _, response_lens = sequence_lengths(data)
     rows = response_rows(data[TOPK_LOGPROBS], response_lens, TOPK_LOGPROBS).float()
     return rows.exp().sum(-1).mean().item() if rows.numel() else float("nan")
@@ -62,8 +63,6 @@ def with_loss_inputs(original):
         mass = rollout_topk_mass(data) if TOPK_LOGPROBS in data.keys() else None
         if topk is not None:
             _probe_dump(model_output, data, topk)
-        from dppo_bench.verl_plugin.masked_tokens import current_counter
-
         ids = _padded(data, "responses") if current_counter() is not None else None
         decoupled = "rollout_is_weights" in data.keys() and ROLLOUT_LOG_PROBS in data.keys()
         mu = _padded(data, ROLLOUT_LOG_PROBS) if decoupled else None
@@ -86,8 +85,6 @@ def _padded(data, key: str) -> torch.Tensor:
 def _probe_dump(model_output, data, topk: torch.Tensor) -> None:
     """Fig. 2's probe run (dppo_bench.verl_plugin.probe) writes this call's tokens; any other run returns at once."""
     import os
-
-    from dppo_bench.verl_plugin.probe import PROBE_DIR_ENV, dump_if_probing
 
     if not os.environ.get(PROBE_DIR_ENV):
         return

@@ -17,7 +17,10 @@ from pydantic import Field, field_validator, model_validator
 from dppo_bench.config.loader import entry_paths, load_model, locate
 from dppo_bench.config.roots import DATASETS_DIR, EVAL_DIR, REPO_ROOT
 from dppo_bench.config.yaml_io import ConfigError, Id, Strict, read_yaml
-from dppo_bench.eval.values import AnswerType
+
+# How a benchmark's gold answers compare (dppo_bench.eval.grading.answer_kind): read from each answer ("auto"), all
+# as integers (AIME), or all by math-verify
+AnswerType = Literal["auto", "integer", "math"]
 
 SHA256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 NORMALIZED_FIELDS = ("id", "problem", "answer")
@@ -120,7 +123,9 @@ class Sources(Strict):
 class Sampling(Strict):
     temperature: Annotated[float, Field(ge=0.0)]
     top_p: Annotated[float, Field(gt=0.0, le=1.0)]
-    max_tokens: Annotated[int, Field(ge=1)]  # the setting's max response length; settings may override it
+    # a standalone generation's longest response (`eval generate` without --setting); a run's evaluation generates at
+    # most its setting's max_response_length instead, as verl's online validation does (dppo_bench.eval.protocol)
+    max_tokens: Annotated[int, Field(ge=1)]
 
 
 class DatasetSpec(Strict):
