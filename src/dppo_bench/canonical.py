@@ -20,6 +20,7 @@ SURROGATE_STATS = {
     "mask_frac_neg_nonzero_adv": "tr/mask_frac_neg_nonzero_adv",
     # Fig. 6: the rollout probability mu and pi's entropy of the masked tokens (null on a step that masked none)
     "masked_mu_mean": "tr/masked_mu_mean",
+    "masked_pi_mean": "tr/masked_pi_mean",  # and pi's: how far the policy has moved from mu where it masks
     "masked_entropy_mean": "tr/masked_entropy_mean",
     "bad_update_frac": "tr/bad_update_frac",
     "is_ratio_mean": "tr/is_ratio_mean",

@@ -1,10 +1,18 @@
 import pytest
 import torch
 
+from dppo_bench.config import RolloutFormat
 from dppo_bench.local.batching import prompt_ids
 from dppo_bench.local.model import build_model, response_logits
 from dppo_bench.local.rollout import RolloutEngine
 from dppo_bench.local.tokenizer import build_tokenizer
+
+FP32 = RolloutFormat(weights="fp32")
+
+
+def fmt(weights: str, noise: float = 0.0, **kw) -> RolloutFormat:
+    return RolloutFormat(weights=weights, logit_noise=noise, **kw)
+
 
 ARCH = dict(
     hidden_size=32,
@@ -45,7 +53,7 @@ def trainer_logprobs(model, roll):
 
 def test_fp32_engine_matches_the_trainer_and_records_mu(setup):
     tok, model, prompts = setup
-    roll = sample(RolloutEngine(model, "fp32", 0.0, 4), tok, prompts)
+    roll = sample(RolloutEngine(model, FP32, 4), tok, prompts)
     log_pi, logp = trainer_logprobs(model, roll)
     m = roll.response_mask
     torch.testing.assert_close(roll.mu_logprobs[m], log_pi[m], atol=2e-5, rtol=0)
@@ -59,7 +67,7 @@ def test_fp32_engine_matches_the_trainer_and_records_mu(setup):
 
 def test_response_mask_stops_after_eos(setup):
     tok, model, prompts = setup
-    roll = sample(RolloutEngine(model, "fp32", 0.0, 4), tok, prompts)
+    roll = sample(RolloutEngine(model, FP32, 4), tok, prompts)
     for row, mask in zip(roll.response_ids, roll.response_mask, strict=True):
         n = int(mask.sum())
         assert mask[:n].all() and not mask[n:].any()
@@ -69,7 +77,7 @@ def test_response_mask_stops_after_eos(setup):
 
 def test_seeded_determinism(setup):
     tok, model, prompts = setup
-    engine = RolloutEngine(model, "bf16_weights", 0.2, 4)
+    engine = RolloutEngine(model, fmt("bf16", 0.2, head=True), 4)
     a, b, c = sample(engine, tok, prompts, 0), sample(engine, tok, prompts, 0), sample(engine, tok, prompts, 1)
     assert torch.equal(a.response_ids, b.response_ids) and torch.equal(a.mu_logprobs, b.mu_logprobs)
     assert not torch.equal(a.response_ids, c.response_ids)
@@ -85,20 +93,18 @@ def mismatch(engine, setup):
 
 def test_numeric_paths_order_the_mismatch(setup):
     _, model, _ = setup
-    fp32 = mismatch(RolloutEngine(model, "fp32", 0.0, 4), setup)
-    bf16 = mismatch(RolloutEngine(model, "bf16", 0.0, 4), setup)
-    rounded = mismatch(RolloutEngine(model, "bf16_weights", 0.0, 4), setup)
-    noisy = mismatch(RolloutEngine(model, "bf16_weights", 0.3, 4), setup)
+    fp32 = mismatch(RolloutEngine(model, FP32, 4), setup)
+    bf16 = mismatch(RolloutEngine(model, fmt("bf16", head=True, compute="bf16"), 4), setup)
+    rounded = mismatch(RolloutEngine(model, fmt("bf16", head=True), 4), setup)
+    noisy = mismatch(RolloutEngine(model, fmt("bf16", 0.3, head=True), 4), setup)
     assert fp32 < 1e-5 < rounded and 1e-5 < bf16
     assert noisy > 5 * rounded
 
 
 def test_sync_copies_the_current_weights(setup):
     tok, model, prompts = setup
-    engine = RolloutEngine(model, "fp32", 0.0, 4)
+    engine = RolloutEngine(model, FP32, 4)
     other = build_model(ARCH, tok, seed=1)
     engine.sync(other)
     for a, b in zip(engine.model.parameters(), other.parameters(), strict=True):
         assert torch.equal(a, b)
-    with pytest.raises(ValueError, match="precision"):
-        RolloutEngine(model, "fp16", 0.0, 4)

@@ -172,8 +172,9 @@ def test_fig6_fig12_and_appendix_d_statistics_are_recorded(tmp_path, monkeypatch
         assert (masked > 0) == (row["tr/mask_frac"] > 0)
         if masked:
             assert 0.0 < row["tr/masked_mu_mean"] <= 1.0 and row["tr/masked_entropy_mean"] >= 0.0
+            assert 0.0 < row["tr/masked_pi_mean"] <= 1.0
         else:
-            assert row["tr/masked_mu_mean"] is None  # undefined, written as null
+            assert row["tr/masked_mu_mean"] is None and row["tr/masked_pi_mean"] is None  # undefined, as null
     assert any(r["tr/mask_frac"] > 0 for r in rows), "the run should clip some tokens"
 
 

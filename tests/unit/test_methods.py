@@ -275,6 +275,7 @@ def test_statistics_closed_form():
         "mask_frac_pos_nonzero_adv": 0 / 4,
         "mask_frac_neg_nonzero_adv": 2 / 4,
         "masked_mu_mean": (0.99 + 0.9) / 2,
+        "masked_pi_mean": (0.80 + 0.3) / 2,
         "masked_entropy_mean": math.nan,  # no entropy given
     }
     assert stats == pytest.approx(expected, rel=1e-4, nan_ok=True)
@@ -302,6 +303,7 @@ def test_fractions_over_nonzero_advantage_and_masked_token_means():
     assert stats["mask_frac_pos_nonzero_adv"] == pytest.approx(1 / 3)
     assert stats["mask_frac_neg_nonzero_adv"] == pytest.approx(1 / 3)
     assert stats["masked_mu_mean"] == pytest.approx((0.05 + 0.5) / 2)
+    assert stats["masked_pi_mean"] == pytest.approx((0.20 + 0.3) / 2)
     assert stats["masked_entropy_mean"] == pytest.approx((2.0 + 0.5) / 2)
 
 
@@ -317,7 +319,7 @@ def test_empty_response_mask_gives_finite_stats():
         response_mask=torch.zeros(2, 3, dtype=torch.bool),
         loss_agg_mode="seq-mean-token-sum",
     )
-    undefined = {"masked_mu_mean", "masked_entropy_mean"}  # means over no masked token
+    undefined = {"masked_mu_mean", "masked_pi_mean", "masked_entropy_mean"}  # means over no masked token
     assert all(math.isfinite(v) for k, v in stats.items() if k not in undefined)
     assert all(math.isnan(stats[k]) for k in undefined)
 

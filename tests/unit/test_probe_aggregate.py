@@ -20,12 +20,15 @@ def test_probe_table_gives_the_ratio_and_tv_quantiles_per_mu_bin(tmp_path):
     mu = np.concatenate([np.full(101, 0.005), np.full(50, 0.97)])
     pi = mu * np.concatenate([spread, np.ones(50)])
     tv = np.concatenate([np.full(101, 0.02), np.full(50, 0.001)])
-    setting = find_setting("tiny_sanity")
-    record = tmp_path / "probes" / "tiny_sanity" / "mismatch.npz"
-    write_tokens(record, mu, pi, tv, {"setting": "tiny_sanity", "setting_sha256": setting.sha256(), "tv_over": "x"})
+    for probed in find_experiment("tiny_mismatch").probes:  # tiny_sanity's record is the one read below
+        record = tmp_path / "probes" / probed / "mismatch.npz"
+        meta = {"setting": probed, "setting_sha256": find_setting(probed).sha256(), "tv_over": "x", "rollout": "r"}
+        scale = 1.0 if probed == "tiny_sanity" else 0.9
+        write_tokens(record, mu, pi * scale, tv, meta)
     out = tmp_path / "out"
     assert main(["aggregate", "tiny_mismatch", "--probes", str(tmp_path / "probes"), "--out", str(out)]) == 0
-    rows = {r["mu bin"]: r for r in csv.DictReader(io.StringIO((out / "table.csv").read_text()))}
+    table = list(csv.DictReader(io.StringIO((out / "table.csv").read_text())))
+    rows = {r["mu bin"]: r for r in table if r["setting"] == "tiny_sanity"}
     rare, likely = rows["[0, 0.01)"], rows["[0.95, 0.99)"]
     assert int(rare["tokens"]) == 101 and int(likely["tokens"]) == 50
     assert [float(rare[f"π/μ q{q}"]) for q in ("05", "50", "95")] == pytest.approx([0.55, 1.0, 1.45], rel=1e-4)
@@ -33,7 +36,16 @@ def test_probe_table_gives_the_ratio_and_tv_quantiles_per_mu_bin(tmp_path):
     assert float(rare["TV q50"]) == pytest.approx(0.02) and float(likely["TV q95"]) == pytest.approx(0.001)
     assert rows["[0.5, 0.6)"]["tokens"] == "0" and rows["[0.5, 0.6)"]["π/μ q50"] == ""  # empty bin
     assert (out / "figure.png").stat().st_size > 0 and (out / "figure.pdf").stat().st_size > 0
-    assert "| [0, 0.01) | 101 |" in (out / "table.md").read_text().replace("tiny_sanity | ", "")
+    md = (out / "table.md").read_text()
+    assert "| [0, 0.01) | 101 |" in md.replace("tiny_sanity | ", "")
+    # the summary line of each setting: mean |pi - mu| = mean over tokens of mu * |spread - 1| (rare tokens only)
+    gap = float(np.mean(np.abs(pi - mu)))
+    log_ratio = np.abs(np.log(spread))
+    line = next(x for x in md.splitlines() if x.startswith("| tiny_sanity | r |"))
+    assert line == (
+        f"| tiny_sanity | r | {gap:.4g} | {np.quantile(np.concatenate([log_ratio, np.zeros(50)]), 0.99):.4g} | "
+        f"{log_ratio.max():.4g} | {tv.mean():.4g} | {101 / 151:.4g} |"
+    )
 
 
 def test_a_probe_of_another_setting_version_is_refused(tmp_path):

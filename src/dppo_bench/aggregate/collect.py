@@ -20,6 +20,7 @@ from dppo_bench import canonical
 from dppo_bench.config import Experiment, MethodRecipe, Setting
 from dppo_bench.config.runs import setting_benchmarks
 from dppo_bench.config.specs import BenchmarkSpec
+from dppo_bench.errors import UserError
 from dppo_bench.eval.protocol import setting_protocol_sha256
 from dppo_bench.io import read_json
 from dppo_bench.rundir import SCORES, SUMMARY, RunDir
@@ -106,7 +107,7 @@ def read_run(
 def collect(
     experiment: Experiment, settings: dict[str, Setting], methods: dict[str, MethodRecipe], root: Path
 ) -> list[Run]:
-    runs = []
+    runs, curves = [], {}
     benchmarks = setting_benchmarks(settings[group.setting] for group in experiment.runs)
     for group in experiment.runs:
         setting = settings[group.setting]
@@ -114,6 +115,12 @@ def collect(
         for method in group.methods:
             recipe = methods[method]
             label = group.label.format(display_name=recipe.display_name, method=method, setting=setting.id)
+            other = curves.setdefault(label, (setting.id, method))
+            if other != (setting.id, method):  # a table row and a curve are one label: two runs would merge
+                raise UserError(
+                    f"experiment {experiment.id}: {other[1]} on {other[0]} and {method} on {setting.id} are both "
+                    f"labelled {label!r}; give one of the groups its own label"
+                )
             for seed in seeds:
                 runs.append(read_run(root, setting, recipe, seed, label, group.dashed, benchmarks))
     return runs

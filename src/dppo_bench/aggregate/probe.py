@@ -2,7 +2,8 @@
 
 The figure draws the tokens as dots (a fixed, seeded sample of them when there are many) under the 5%, 50% and
 95% quantiles of each mu bin; the table gives the same quantiles, so the ratio's spread at low mu and its
-narrowing toward 1 as mu -> 1 can be read as numbers.
+narrowing toward 1 as mu -> 1 can be read as numbers. Above it, one line per probed setting sums its mismatch up:
+the mean |pi - mu| (the paper's Fig. 3 metric), how far the log-ratio reaches, and the mean TV.
 """
 
 from __future__ import annotations
@@ -54,6 +55,20 @@ def table_rows(records: dict[str, MismatchTokens]) -> list[dict]:
     return rows
 
 
+def summary(tokens: MismatchTokens) -> dict[str, float]:
+    """One setting's mismatch in numbers: mean |pi - mu|, the 99% quantile and the largest |log pi/mu|, the mean TV,
+    and the share of tokens sampled with mu < 0.01 (where a ratio is most easily extreme)."""
+    tiny = np.finfo(np.float32).tiny
+    log_ratio = np.abs(np.log(np.maximum(tokens.pi, tiny)) - np.log(np.maximum(tokens.mu, tiny)))
+    return {
+        "mean |π − μ|": float(np.abs(tokens.pi - tokens.mu).mean()),
+        "|log π/μ| q99": float(np.quantile(log_ratio, 0.99)),
+        "|log π/μ| max": float(log_ratio.max()),
+        "mean TV": float(tokens.tv.mean()),
+        "μ < 0.01": float((tokens.mu < 0.01).mean()),
+    }
+
+
 def _cell(value) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
@@ -65,6 +80,12 @@ def to_markdown(experiment: Experiment, records: dict[str, MismatchTokens], rows
     lines = [f"# {experiment.title} [{experiment.paper_item}]", ""]
     for setting, tokens in records.items():
         lines.append(f"- {setting}: {tokens.mu.size} tokens; TV over {tokens.meta.get('tv_over', 'unrecorded')}")
+    sums = {setting: summary(tokens) for setting, tokens in records.items()}
+    names = list(next(iter(sums.values()))) if sums else []
+    lines += ["", "| setting | rollout | " + " | ".join(names) + " |", "|" + "---|" * (len(names) + 2)]
+    for setting, values in sums.items():
+        rollout = records[setting].meta.get("rollout", "-")
+        lines.append(f"| {setting} | {rollout} | " + " | ".join(_cell(v) for v in values.values()) + " |")
     lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(_cell(row[h]) for h in head) + " |" for row in rows]
     return "\n".join(lines) + "\n"
@@ -101,10 +122,16 @@ def draw(experiment: Experiment, records: dict[str, MismatchTokens]):
     import matplotlib.pyplot as plt
 
     panels = experiment.panels
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8), squeeze=False)
+    cols = min(experiment.panel_columns, len(panels))
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.8 * rows), squeeze=False)
     rng = np.random.default_rng(0)  # which tokens are drawn as dots: fixed, so the figure is reproducible
-    for ax, panel in zip(axes.flat, panels, strict=True):
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
+    for ax, panel in zip(axes.flat, panels, strict=False):
         for i, (setting, tokens) in enumerate(records.items()):
+            if panel.setting is not None and setting != panel.setting:
+                continue
             color = plt.cm.tab10(i % 10)
             values = quantity(tokens, panel.probe)
             shown = rng.permutation(values.size)[:MAX_DOTS]

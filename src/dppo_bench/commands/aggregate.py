@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from dppo_bench.aggregate import contrasts
 from dppo_bench.aggregate.collect import collect
 from dppo_bench.aggregate.figures import plot
 from dppo_bench.aggregate.probe import aggregate_probes
@@ -51,7 +52,8 @@ def aggregate(args: argparse.Namespace) -> int:
         return write_token_table(experiment, runs, args.runs, settings, out, args.only)
     if args.only != "figure":
         rows = table_rows(experiment, runs, references)
-        write_tables(out, to_markdown(experiment, rows), to_csv(experiment, rows), to_latex(experiment, rows))
+        markdown = to_markdown(experiment, rows) + contrasts.to_markdown(contrasts.contrast_rows(experiment, runs))
+        write_tables(out, markdown, to_csv(experiment, rows), to_latex(experiment, rows))
     if args.only != "table":
         if not experiment.panels:
             raise UserError(f"experiment {experiment.id!r} has no panels, so no figure")

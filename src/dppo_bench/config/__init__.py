@@ -39,6 +39,7 @@ from dppo_bench.config.roots import (
 )
 from dppo_bench.config.settings import (
     LocalSpec,
+    RolloutFormat,
     Setting,
     base_setting_id,
     find_setting,
@@ -67,6 +68,7 @@ __all__ = [
     "MaskedTokenTable",
     "MethodRecipe",
     "Panel",
+    "RolloutFormat",
     "RunGroup",
     "Setting",
     "Strict",

@@ -37,7 +37,7 @@ class Panel(Strict):
     yscale: Literal["linear", "log"] = "linear"
     smooth: Annotated[float, Field(ge=0.0)] = 0.0  # Gaussian sigma in logged points; the paper: 2, AIME: 0
     ylabel: str | None = None
-    setting: str | None = None  # only the runs of this setting (side-by-side panels per setting)
+    setting: str | None = None  # only the runs (or the probe) of this setting (side-by-side panels per setting)
 
     @model_validator(mode="after")
     def _check(self) -> Panel:
@@ -53,6 +53,27 @@ class Column(Strict):
     metric: str
     stat: TableStat
     smooth: Annotated[float, Field(ge=0)] = 0.0  # Gaussian sigma before the statistic (a figure panel's smoothing)
+
+
+class Curve(Strict):
+    """One curve of an experiment: a method in a setting (its seeds are the experiment's)."""
+
+    setting: str
+    method: str
+
+
+class Contrast(Strict):
+    """A difference between two curves' statistic, seed by seed (run minus control, paired by seed), with the 95%
+    t-interval of its mean over the seeds: how a calibration's criterion is read (recipes/settings/tiny_tail.yaml).
+    ``control_stat`` compares two statistics instead (a curve's end minus its own start: the same curve twice)."""
+
+    title: str
+    metric: str
+    stat: TableStat
+    run: Curve
+    control: Curve
+    control_stat: TableStat | None = None  # default: stat
+    smooth: Annotated[float, Field(ge=0)] = 0.0
 
 
 class MaskedTokenTable(Strict):
@@ -74,6 +95,7 @@ class Experiment(Strict):
     seeds: list[Seed] | None = Field(None, min_length=1)  # default: each setting's seeds
     panels: list[Panel] = []
     columns: list[Column] = []
+    contrasts: list[Contrast] = []  # differences between curves, with their intervals, below the table
     masked_tokens: MaskedTokenTable | None = None  # the table is the runs' masked tokens (App. D)
     panel_columns: PositiveInt = 4  # figure layout: panels per row
 
@@ -98,6 +120,13 @@ class Experiment(Strict):
                 raise FieldError(f"panels.{i}", "probe panels belong to probe experiments, metric panels to runs")
         if self.masked_tokens is not None and self.columns:
             raise FieldError("columns", "the table of a masked_tokens experiment is the token table")
+        for i, contrast in enumerate(self.contrasts):
+            for side in ("run", "control"):
+                curve = getattr(contrast, side)
+                if (curve.setting, curve.method) not in listed:
+                    raise FieldError(
+                        f"contrasts.{i}.{side}", f"method {curve.method!r} of setting {curve.setting!r} is not in runs"
+                    )
         return self
 
     def run_keys(self, seeds_of: Callable[[str], list[int]]) -> list[tuple[str, str, int]]:
@@ -132,14 +161,19 @@ def metric_fields(experiment: Experiment) -> list[tuple[str, str, str | None]]:
         for i, panel in enumerate(experiment.panels)
         for j, metric in enumerate(panel.metrics)
     ]
-    return fields + [(f"columns.{i}.metric", column.metric, None) for i, column in enumerate(experiment.columns)]
+    fields += [(f"columns.{i}.metric", column.metric, None) for i, column in enumerate(experiment.columns)]
+    return fields + [(f"contrasts.{i}.metric", c.metric, c.run.setting) for i, c in enumerate(experiment.contrasts)]
 
 
 def check_metrics(experiment: Experiment, path: Path, settings: dict[str, Setting]) -> None:
     """Every metric a panel draws or a column reports is one the runs write: a canonical name, or the score of a
     benchmark its settings evaluate. Otherwise the curve or column would come out empty, silently."""
     for i, panel in enumerate(experiment.panels):
-        if panel.setting is not None and panel.setting not in settings:
+        if experiment.probes and panel.setting is not None and panel.setting not in experiment.probes:
+            probed = ", ".join(experiment.probes)
+            message = f"setting {panel.setting!r} is not probed in this experiment; it probes {probed}"
+            raise ConfigError(path, f"panels.{i}.setting", message)
+        if not experiment.probes and panel.setting is not None and panel.setting not in settings:
             message = f"setting {panel.setting!r} has no runs in this experiment; it runs {', '.join(settings)}"
             raise ConfigError(path, f"panels.{i}.setting", message)
     for field, metric, only in metric_fields(experiment):

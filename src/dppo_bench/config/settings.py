@@ -85,6 +85,13 @@ class TinyArch(Strict):
     max_position_embeddings: PositiveInt
 
 
+class Lexicon(Strict):
+    """The long-tailed vocabulary of connective words before every step (dppo_bench.local.task.Lexicon)."""
+
+    words: Annotated[int, Field(ge=2, le=4900)]  # how many (two-syllable words: at most 70^2)
+    zipf: PositiveFloat  # exponent of the rank-frequency law of a correct step's word
+
+
 class TinyTask(Strict):
     seed: int
     n_train: PositiveInt
@@ -92,6 +99,7 @@ class TinyTask(Strict):
     max_operand: PositiveInt
     min_operands: Annotated[int, Field(ge=2)]
     max_operands: Annotated[int, Field(ge=2)]
+    lexicon: Lexicon | None = None  # null: the character-level task (21 tokens)
 
 
 class Pretrain(Strict):
@@ -103,17 +111,36 @@ class Pretrain(Strict):
     corrupt_frac: Annotated[float, Field(ge=0.0, le=1.0)]  # share of solutions with one wrong step
 
 
+class RolloutFormat(Strict):
+    """The rollout engine's numeric path, as real inference engines store and compute (dppo_bench.local.formats).
+    All fp32 and no noise: the trainer's own numerics (the no-mismatch control)."""
+
+    # the linear layers' weights: bf16; fp8 e4m3 with one scale per tensor or per output channel; symmetric int8 or
+    # int4 with one scale per output channel. Tensors not in the format (norms) are held in bf16.
+    weights: Literal["fp32", "bf16", "fp8_e4m3_tensor", "fp8_e4m3_channel", "int8_channel", "int4_channel"]
+    head: bool = False  # the tied embedding and output head in the weights' format too (else in bf16)
+    activations: Literal["fp32", "fp8_e4m3"] = "fp32"  # the linear layers' inputs (fp8: dynamic per-tensor scale)
+    compute: Literal["fp32", "bf16"] = "fp32"  # bf16: the engine's matmuls and KV cache (5x slower on most CPUs)
+    logit_noise: Annotated[float, Field(ge=0.0)] = 0.0  # std of Gaussian noise on the engine's logits
+
+    def describe(self) -> str:
+        """e.g. "int4_channel weights (head included), fp32 compute" (the probe's record says it)."""
+        parts = [f"{self.weights} weights" + (" (head included)" if self.head and self.weights != "fp32" else "")]
+        if self.activations != "fp32":
+            parts.append(f"{self.activations} activations")
+        parts.append(f"{self.compute} compute")
+        if self.logit_noise:
+            parts.append(f"logit noise {self.logit_noise:g}")
+        return ", ".join(parts)
+
+
 class LocalSpec(Strict):
     """The local backend: tiny model, task, base-model pretraining and the rollout engine."""
 
     model: TinyArch
     task: TinyTask
     pretrain: Pretrain
-    # The rollout engine's numeric path: bf16 = weights and compute in bf16 (an inference engine's kernels);
-    # bf16_weights = weights rounded to bf16, compute in fp32 (5x faster on CPUs without bf16 units);
-    # fp32 = the trainer's own numerics (the no-mismatch control).
-    rollout_precision: Literal["bf16", "bf16_weights", "fp32"]
-    logit_noise: Annotated[float, Field(ge=0.0)]  # std of Gaussian noise on the engine's logits
+    rollout: RolloutFormat
     top_k: PositiveInt  # size of mu's kept set recorded for the Top-K methods
     threads: PositiveInt = 1  # torch threads per run
 

@@ -18,13 +18,19 @@ from tqdm import tqdm
 from dppo_bench.config import LocalSpec
 from dppo_bench.local.batching import pad_right, prompt_ids
 from dppo_bench.local.model import build_model, save_model
-from dppo_bench.local.task import Expression, TaskConfig, generate_problems, make_splits, pretraining_text
+from dppo_bench.local.task import Expression, Lexicon, TaskConfig, generate_problems, make_splits, pretraining_text
 from dppo_bench.local.tokenizer import build_tokenizer
 
 
 def task_config(spec: LocalSpec) -> TaskConfig:
     t = spec.task
     return TaskConfig(max_operand=t.max_operand, min_operands=t.min_operands, max_operands=t.max_operands)
+
+
+def lexicon(spec: LocalSpec) -> Lexicon | None:
+    """The task's long-tailed vocabulary of connective words, if it has one."""
+    lex = spec.task.lexicon
+    return Lexicon(lex.words, lex.zipf) if lex is not None else None
 
 
 def lr_at(step: int, total: int, warmup: int, peak: float) -> float:
@@ -36,12 +42,12 @@ def lr_at(step: int, total: int, warmup: int, peak: float) -> float:
 
 
 def pretraining_batch(
-    tokenizer, rng: random.Random, problems: list[Expression], corrupt_frac: float
+    tokenizer, rng: random.Random, problems: list[Expression], corrupt_frac: float, lex: Lexicon | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """ids, attention mask, loss mask (solution and eos tokens only)."""
     seqs, starts = [], []
     for p in problems:
-        solution = pretraining_text(p, rng, corrupt_frac)[len(p.text) :]
+        solution = pretraining_text(p, rng, corrupt_frac, lex)[len(p.text) :]
         prompt = prompt_ids(tokenizer, p.text)
         seqs.append(prompt + tokenizer(solution, add_special_tokens=False).input_ids + [tokenizer.eos_token_id])
         starts.append(len(prompt))
@@ -55,8 +61,8 @@ def pretraining_batch(
 def pretrain(spec: LocalSpec, out: Path, *, threads: int = 1, progress: bool = True) -> dict:
     """Train the base model and save it as an HF dir at ``out``; returns the report."""
     torch.set_num_threads(threads)
-    cfg, p = task_config(spec), spec.pretrain
-    tokenizer = build_tokenizer()
+    cfg, p, lex = task_config(spec), spec.pretrain, lexicon(spec)
+    tokenizer = build_tokenizer(lex.tokens if lex else ())
     model = build_model(spec.model.model_dump(), tokenizer, seed=p.seed)
     _, heldout = make_splits(spec.task.seed, spec.task.n_train, spec.task.n_heldout, cfg)
     excluded = {h.text for h in heldout}
@@ -68,7 +74,7 @@ def pretrain(spec: LocalSpec, out: Path, *, threads: int = 1, progress: bool = T
     for step in tqdm(range(p.steps), desc="pretrain", disable=not progress):
         draws = generate_problems(pool_seed + step, p.batch_size * 2, cfg, "pre")
         batch = [q for q in draws if q.text not in excluded][: p.batch_size]
-        ids, mask, loss_mask = pretraining_batch(tokenizer, rng, batch, p.corrupt_frac)
+        ids, mask, loss_mask = pretraining_batch(tokenizer, rng, batch, p.corrupt_frac, lex)
         logits = model(input_ids=ids, attention_mask=mask.long()).logits[:, :-1]
         nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
         loss = (nll * loss_mask[:, 1:]).sum() / loss_mask[:, 1:].sum()

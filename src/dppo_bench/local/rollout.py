@@ -1,9 +1,9 @@
 """The rollout engine: the trainer's weights on a different numeric path, as an inference engine.
 
-A copy of the policy in ``dtype`` (bf16 for the paper's BF16 sanity test, fp32 for the
-no-mismatch control) samples with a KV cache, token by token, optionally adding Gaussian noise
-to its logits. mu is the distribution it actually samples from (noise included), so mu differs
-from the trainer's pi at equal parameters the way an inference engine does. It records mu's
+A copy of the policy in the setting's rollout format (:mod:`dppo_bench.local.formats`: bf16, fp8 or integer
+weights, fp8 activations, bf16 compute; all fp32 for the no-mismatch control) samples with a KV cache, token by
+token, optionally adding Gaussian noise to its logits. mu is the distribution it actually samples from (noise
+included), so mu differs from the trainer's pi at equal parameters the way an inference engine does. It records mu's
 log-prob of every sampled token and mu's kept top-K set (the paper's replacement rule).
 """
 
@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
+from dppo_bench.config import RolloutFormat
 from dppo_bench.divergence import topk_of_log_probs
+from dppo_bench.local.formats import build_engine_model, load_weights
 
 
 @dataclass
@@ -28,25 +30,16 @@ class RolloutBatch:
 
 
 class RolloutEngine:
-    """``precision``: "bf16" (bf16 weights and compute), "bf16_weights" (weights rounded to bf16,
-    fp32 compute) or "fp32" (the trainer's numerics, no mismatch but for the noise)."""
+    """The policy's copy in the rollout ``fmt``, which samples and records mu."""
 
-    def __init__(self, policy: torch.nn.Module, precision: str, logit_noise: float, top_k: int):
-        import copy
-
-        if precision not in ("bf16", "bf16_weights", "fp32"):
-            raise ValueError(f"unknown rollout precision {precision!r}")
-        dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-        self.model = copy.deepcopy(policy).to(dtype).eval()
-        self.round_weights = precision == "bf16_weights"
-        self.logit_noise, self.top_k = logit_noise, top_k
+    def __init__(self, policy: torch.nn.Module, fmt: RolloutFormat, top_k: int):
+        self.fmt, self.top_k = fmt, top_k
+        self.model = build_engine_model(policy, fmt)
         self.sync(policy)
 
     def sync(self, policy: torch.nn.Module) -> None:
-        """Load the trainer's current weights through the engine's precision."""
-        with torch.no_grad():
-            for dst, src in zip(self.model.parameters(), policy.parameters(), strict=True):
-                dst.copy_(src.to(torch.bfloat16) if self.round_weights else src)
+        """Load the trainer's current weights through the engine's format."""
+        load_weights(self.model, policy, self.fmt)
 
     @torch.no_grad()
     def sample(
@@ -76,8 +69,8 @@ class RolloutEngine:
         alive = []
         for _ in range(max_new_tokens):
             logits = logits.float()
-            if self.logit_noise > 0:
-                logits = logits + self.logit_noise * torch.randn(logits.shape, generator=generator)
+            if self.fmt.logit_noise > 0:
+                logits = logits + self.fmt.logit_noise * torch.randn(logits.shape, generator=generator)
             logprobs = torch.log_softmax(logits / temperature, dim=-1)
             token = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(-1)
             token = torch.where(done, torch.full_like(token, pad_id), token)

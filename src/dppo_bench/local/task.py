@@ -7,18 +7,64 @@ operator at a time in precedence order and ends with the answer in a box::
 
 Pretraining data corrupts one step of a fraction of the solutions by a small offset and carries
 the wrong value on, so the base model learns to make (consistent) mistakes at some rate.
+
+With a lexicon (the long-tailed vocabulary), every step and the box are introduced by a connective word::
+
+    keli 7*3=21,mo 21-5=16,ra \\boxed{16}
+
+A correct step's word is drawn from a Zipf law over the lexicon's ranks; a corrupted step's word uniformly from its
+rarer half. So at temperature 1 the model samples rare words at many positions (low mu, where a low-precision engine
+moves the ratio most), and a rare word carries meaning: it is the hesitation that comes before an error.
 """
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from dppo_bench.eval.data import Problem
 from dppo_bench.io import atomic_write_lines
 
 OPS = "+-*"
+BOX = "\\boxed{"
+CONSONANTS, VOWELS = "bdfgklmnprstvz", "aeiou"
+MAX_WORDS = (len(CONSONANTS) * len(VOWELS)) ** 2  # two-syllable words
+
+
+def connective_words(count: int) -> list[str]:
+    """``count`` distinct words (each with its trailing space: one token), in Zipf-rank order; the same for every
+    caller, so a lexicon of n words is the first n of a larger one."""
+    if not 0 < count <= MAX_WORDS:
+        raise ValueError(f"a lexicon has 1 to {MAX_WORDS} words, not {count}")
+    syllables = [c + v for c, v in itertools.product(CONSONANTS, VOWELS)]
+    words = [a + b + " " for a, b in itertools.product(syllables, repeat=2)]
+    random.Random(0).shuffle(words)
+    return words[:count]
+
+
+@dataclass(frozen=True)
+class Lexicon:
+    """The long-tailed vocabulary of connective words: correct steps draw rank k with weight k^-zipf, corrupted
+    steps draw uniformly from the rarer half."""
+
+    words: int
+    zipf: float
+
+    @cached_property
+    def tokens(self) -> list[str]:
+        return connective_words(self.words)
+
+    @cached_property
+    def _cumulative(self) -> list[float]:
+        return list(itertools.accumulate((k + 1) ** -self.zipf for k in range(self.words)))
+
+    def draw(self, rng: random.Random, before_error: bool) -> str:
+        if before_error:
+            return self.tokens[rng.randrange(self.words // 2, self.words)]
+        return rng.choices(self.tokens, cum_weights=self._cumulative)[0]
 
 
 @dataclass(frozen=True)
@@ -57,6 +103,14 @@ def _apply(a: int, op: str, b: int) -> int:
 
 def solve(operands: tuple[int, ...], ops: str, corrupt: tuple[int, int] | None = None) -> tuple[str, int]:
     """The worked solution and its final value; ``corrupt = (step, offset)`` adds an error."""
+    parts, value = solution_parts(operands, ops, corrupt)
+    return ",".join(parts), value
+
+
+def solution_parts(
+    operands: tuple[int, ...], ops: str, corrupt: tuple[int, int] | None = None
+) -> tuple[list[str], int]:
+    """The solution's steps and its boxed answer, each a part the lexicon introduces with a word; the value."""
     nums, rest = list(operands), list(ops)
     steps = []
     while rest:
@@ -67,7 +121,7 @@ def solve(operands: tuple[int, ...], ops: str, corrupt: tuple[int, int] | None =
         steps.append(f"{nums[i]}{rest[i]}{nums[i + 1]}={value}")
         nums[i : i + 2] = [value]
         del rest[i]
-    return ",".join(steps) + ",\\boxed{" + str(nums[0]) + "}", nums[0]
+    return [*steps, BOX + str(nums[0]) + "}"], nums[0]
 
 
 def generate_problems(seed: int, count: int, config: TaskConfig, prefix: str) -> list[Expression]:
@@ -95,12 +149,18 @@ def make_splits(
     return train, heldout
 
 
-def pretraining_text(problem: Expression, rng: random.Random, corrupt_frac: float) -> str:
+def pretraining_text(
+    problem: Expression, rng: random.Random, corrupt_frac: float, lexicon: Lexicon | None = None
+) -> str:
     """Problem and (maybe corrupted) solution: what the base model is trained to continue."""
     corrupt = None
     if rng.random() < corrupt_frac:
         corrupt = (rng.randrange(len(problem.ops)), rng.choice([-3, -2, -1, 1, 2, 3]))
-    return problem.text + solve(problem.operands, problem.ops, corrupt)[0]
+    parts, _ = solution_parts(problem.operands, problem.ops, corrupt)
+    if lexicon is not None:
+        erring = corrupt[0] if corrupt else -1
+        parts = [lexicon.draw(rng, before_error=i == erring) + part for i, part in enumerate(parts)]
+    return problem.text + ",".join(parts)
 
 
 def write_jsonl(expressions: list[Expression], path: Path) -> None:

@@ -112,7 +112,7 @@ class LocalTrainer:
         self.opt = torch.optim.AdamW(self.policy.parameters(), lr=self.train.lr, weight_decay=self.train.weight_decay)
         if state:
             self.opt.load_state_dict(state["optimizer"])
-        self.engine = RolloutEngine(self.policy, self.local.rollout_precision, self.local.logit_noise, self.local.top_k)
+        self.engine = RolloutEngine(self.policy, self.local.rollout, self.local.top_k)
         self.dir.truncate_metrics(step)
         return step
 

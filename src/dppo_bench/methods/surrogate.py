@@ -40,6 +40,7 @@ STAT_NAMES = (
     "mask_frac_pos_nonzero_adv",  # (masked and A > 0) / tokens with A != 0
     "mask_frac_neg_nonzero_adv",  # (masked and A < 0) / tokens with A != 0: Stable-RL's pg_clipfrac_lower
     "masked_mu_mean",  # rollout probability mu of the masked tokens (Fig. 6); NaN when none is masked
+    "masked_pi_mean",  # the current policy's pi of the masked tokens; NaN when none is masked
     "masked_entropy_mean",  # entropy of pi at the masked tokens (Fig. 6); NaN when none or no entropy given
     "pi_mu_abs_diff_mean",  # |pi - mu| of the sampled token (pi = the current policy)
     "pi_mu_abs_diff_max",
@@ -205,11 +206,12 @@ def token_stats(
     lo, hi = torch.aminmax(diff_v.add_((1.0 - valid_f).mul_(diff_mean)))  # padding := mean
     masked_f = masked.to(diff.dtype)
     masked_entropy = (entropy.float() * masked_f).sum() if entropy is not None else masked_f.new_zeros(())
-    floats = torch.stack([abs_mean, lo, hi, ratio_v.sum() / n, ratio_v.max(), (mu * masked_f).sum(), masked_entropy])
+    masked_mu, masked_pi = (mu * masked_f).sum(), (tokens.pi * masked_f).sum()
+    floats = torch.stack([abs_mean, lo, hi, ratio_v.sum() / n, ratio_v.max(), masked_mu, masked_pi, masked_entropy])
     counts, floats = counts.tolist(), floats.tolist()
     n_valid, n_pos, n_neg, m, m_pos, m_neg, bad = (max(c, 1) if i < 3 else c for i, c in enumerate(counts[:7]))
     n_nonzero = max(counts[1] + counts[2], 1)
-    abs_mean, lo, hi, r_mean, r_max, masked_mu, masked_entropy = floats
+    abs_mean, lo, hi, r_mean, r_max, masked_mu, masked_pi, masked_entropy = floats
     return {
         "mask_frac": m / n_valid,
         "mask_frac_pos": m_pos / n_pos,
@@ -218,6 +220,7 @@ def token_stats(
         "mask_frac_pos_nonzero_adv": m_pos / n_nonzero,
         "mask_frac_neg_nonzero_adv": m_neg / n_nonzero,
         "masked_mu_mean": masked_mu / m if m else math.nan,
+        "masked_pi_mean": masked_pi / m if m else math.nan,
         "masked_entropy_mean": masked_entropy / m if m and entropy is not None else math.nan,
         "pi_mu_abs_diff_mean": abs_mean,
         "pi_mu_abs_diff_max": max(-lo, hi),

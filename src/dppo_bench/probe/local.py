@@ -29,7 +29,7 @@ def probe_mismatch(setting: Setting, base_model: Path, train_problems: Path, see
     policy = load_model(base_model)
     tokenizer = AutoTokenizer.from_pretrained(base_model)
     vocab = policy.config.vocab_size
-    engine = RolloutEngine(policy, local.rollout_precision, local.logit_noise, top_k=vocab)
+    engine = RolloutEngine(policy, local.rollout, top_k=vocab)
     problems = read_complete_jsonl(train_problems)
     g = generator(seed, 0)
     chosen = torch.randperm(len(problems), generator=g)[: train.prompts_per_step].tolist()
@@ -60,6 +60,6 @@ def probe_mismatch(setting: Setting, base_model: Path, train_problems: Path, see
             "seed": seed,
             "sequences": len(prompts),
             "tv_over": f"the whole vocabulary ({vocab} tokens)",
-            "rollout": f"{local.rollout_precision} weights, logit noise {local.logit_noise}",
+            "rollout": local.rollout.describe(),
         },
     }
