@@ -9,8 +9,9 @@ import ast
 import re
 import subprocess
 import sys
+from pathlib import Path
 
-from conftest import REPO_ROOT
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 SRC = REPO_ROOT / "src"
 REASON = re.compile(r"#.*\b(heavy|optional|cycle)\b", re.IGNORECASE)

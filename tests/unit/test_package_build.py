@@ -4,8 +4,9 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
-from conftest import REPO_ROOT
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_package_is_marked_typed_in_the_checkout_and_in_its_wheel(tmp_path):
