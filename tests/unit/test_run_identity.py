@@ -3,8 +3,8 @@
 import pytest
 
 from dppo_bench.aggregate.collect import read_run
-from dppo_bench.config import canonical_sha256, find_method, find_setting
-from dppo_bench.config.runs import setting_benchmarks
+from dppo_bench.config import ConfigError, canonical_sha256, find_method, find_setting
+from dppo_bench.config.runs import resolve_run, setting_benchmarks
 from dppo_bench.rundir import RunDir
 
 VERL = find_setting("moe_base")
@@ -175,3 +175,10 @@ def test_a_record_without_its_setting_is_judged_by_the_hash_it_stored(tmp_path):
     del info["setting_config"]
     run.write_run(info)
     assert not run.is_current(run.read_run(), LOCAL, RECIPE)
+
+
+def test_a_setting_built_in_code_is_checked_as_one_from_a_file():
+    """resolve_run checks what the setting evaluates whether it was given by id or as an object."""
+    aime = LOCAL.model_copy(update={"eval": LOCAL.eval.model_copy(update={"offline": ["aime24"]})})
+    with pytest.raises(ConfigError, match=r"tiny_smoke.yaml: field 'eval.offline.0': benchmark 'aime24' cannot be run"):
+        resolve_run(aime, RECIPE, 0)
