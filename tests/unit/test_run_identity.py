@@ -3,7 +3,8 @@
 import pytest
 
 from dppo_bench.aggregate.collect import read_run
-from dppo_bench.config import canonical_sha256, find_method, find_setting
+from dppo_bench.config import ConfigError, canonical_sha256, find_method, find_setting
+from dppo_bench.config.runs import resolve_run, setting_benchmarks
 from dppo_bench.rundir import RunDir
 
 VERL = find_setting("moe_base")
@@ -73,8 +74,8 @@ def record(root, setting, recipe=RECIPE, status="completed"):
 def test_a_finished_run_is_not_stale_after_a_seed_is_added(tmp_path):
     record(tmp_path, LOCAL)
     more_seeds = LOCAL.model_copy(update={"seeds": [*LOCAL.seeds, 9], "display_name": "renamed"})
-    assert read_run(tmp_path, more_seeds, RECIPE, 0, "x", False).status == "completed"
-    assert read_run(tmp_path, with_train(LOCAL, lr=1.0), RECIPE, 0, "x", False).status == "stale"
+    assert read_run(tmp_path, more_seeds, RECIPE, 0, "x", False, setting_benchmarks([more_seeds])).status == "completed"
+    assert read_run(tmp_path, with_train(LOCAL, lr=1.0), RECIPE, 0, "x", False, {}).status == "stale"
 
 
 def test_a_killed_run_resumes_with_a_longer_time_limit_but_not_another_lr(tmp_path):
@@ -148,7 +149,7 @@ def recorded_under_an_older_rule(root, setting, recipe=RECIPE):
 def test_a_record_made_under_an_older_identity_rule_is_judged_by_the_setting_it_holds(tmp_path, setting):
     run = recorded_under_an_older_rule(tmp_path, setting)
     assert run.is_current(run.read_run(), setting, RECIPE)
-    assert read_run(tmp_path, setting, RECIPE, 0, "x", False).status == "completed"
+    assert read_run(tmp_path, setting, RECIPE, 0, "x", False, setting_benchmarks([setting])).status == "completed"
     assert not run.is_current(run.read_run(), with_train(setting, lr=setting.train.lr * 2), RECIPE)
 
 
@@ -174,3 +175,10 @@ def test_a_record_without_its_setting_is_judged_by_the_hash_it_stored(tmp_path):
     del info["setting_config"]
     run.write_run(info)
     assert not run.is_current(run.read_run(), LOCAL, RECIPE)
+
+
+def test_a_setting_built_in_code_is_checked_as_one_from_a_file():
+    """resolve_run checks what the setting evaluates whether it was given by id or as an object."""
+    aime = LOCAL.model_copy(update={"eval": LOCAL.eval.model_copy(update={"offline": ["aime24"]})})
+    with pytest.raises(ConfigError, match=r"tiny_smoke.yaml: field 'eval.offline.0': benchmark 'aime24' cannot be run"):
+        resolve_run(aime, RECIPE, 0)

@@ -125,7 +125,7 @@ def train_local(args: argparse.Namespace, resolved) -> int:
         "train_data_sha256": file_sha256(args.train_data),
     }
     run_dir.start(setting, recipe, args.seed, inputs)
-    run = LocalRun(setting, recipe, args.seed, args.base_model, args.train_data, resolved.train_data.answer_type)
+    run = LocalRun(resolved, args.base_model, args.train_data)
     wb = wandb_run(run_dir, setting, recipe, args.seed) if args.wandb else None
     try:
         log_rows = log_rows_to(wb) if wb is not None else None
