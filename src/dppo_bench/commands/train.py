@@ -15,8 +15,8 @@ from pathlib import Path
 
 from dppo_bench.config.runs import resolve_run
 from dppo_bench.errors import UserError
-from dppo_bench.eval.pins import check_file
 from dppo_bench.io import file_sha256
+from dppo_bench.problem_sets.pins import check_file
 from dppo_bench.provenance import now
 from dppo_bench.rundir import WANDB_PROJECT, RunDir, experiment_name
 from dppo_bench.runlock import run_lock
