@@ -25,6 +25,8 @@ def test_the_page_holds_the_table_figure_and_where_the_numbers_come_from(tmp_pat
     assert "![" in page and (tmp_path / "docs/tiny_smoke.png").read_bytes() == b"\x89PNG"
     assert "1 completed, 1 diverged, 1 missing" in page and "aaaaaaaaaa, bbbbbbbbbb" in page and "lab-1" in page
     assert "`dppo-bench publish tiny_smoke`" in page
+    index = (tmp_path / "docs/index.md").read_text()
+    assert f"- [{page.splitlines()[0].removeprefix('# ')}](tiny_smoke.md)" in index
 
 
 def test_without_an_aggregated_table_it_says_how_to_build_one(tmp_path, capsys):
