@@ -14,7 +14,7 @@ LAYERS = [
     {"config"},
     {"provenance"},
     {"rundir", "runlock", "masked_token_files"},
-    {"eval", "local", "probe", "verl_plugin", "aggregate", "plan", "verify"},
+    {"eval", "local", "probe", "verl_plugin", "verl_launch", "aggregate", "plan", "verify"},
     {"commands", "cli", "__main__"},
 ]
 # The one known arrow back up: the start checks of config.suite also check the data files the specs pin, with
