@@ -15,7 +15,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from dppo_bench.config import find_method, find_setting
+from dppo_bench.config import find_setting
+from dppo_bench.config.runs import resolve_run
 from dppo_bench.local.model import build_model, save_model
 from dppo_bench.local.pretrain import task_config
 from dppo_bench.local.task import make_splits, write_jsonl
@@ -45,7 +46,7 @@ def main() -> None:
         write_jsonl(train, tmp / "train.jsonl")
         trainers = {}
         for method in ("dppo_binary_tv", "dppo_binary_tv_recompute"):
-            run = LocalRun(setting, find_method(method), 0, base, tmp / "train.jsonl")
+            run = LocalRun(resolve_run(setting, method, 0), base, tmp / "train.jsonl")
             trainers[method] = LocalTrainer(run, RunDir(tmp / method).create(), progress=False)
             trainers[method]._load()
         rows = {m: [] for m in trainers}

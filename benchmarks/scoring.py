@@ -32,11 +32,11 @@ from pathlib import Path
 
 from dppo_bench.config.specs import load_benchmark
 from dppo_bench.eval import verifier
-from dppo_bench.eval.data import Problem, ProblemSet, problems_sha256
 from dppo_bench.eval.grading import available_cpus, decide, free_cores, grade_many, plan_workers
 from dppo_bench.eval.samples import read_samples, write_samples
 from dppo_bench.eval.score import score_samples
 from dppo_bench.eval.values import comparable
+from dppo_bench.problem_sets.load import Problem, ProblemSet, problems_sha256
 
 SAMPLES_PER_PROBLEM = 8
 FILLER = (

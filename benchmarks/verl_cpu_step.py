@@ -22,7 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from dppo_bench.config import find_method, find_setting
+from dppo_bench.config import find_setting
+from dppo_bench.config.runs import resolve_run
 from dppo_bench.local.trainer import LocalRun, LocalTrainer
 from dppo_bench.rundir import RunDir
 
@@ -34,7 +35,7 @@ DATA = (Path("results/data/verl/tiny_arith_train.parquet"), Path("results/data/v
 def local_steps(method: str, steps: int, out: Path) -> list[float]:
     setting = find_setting("tiny_verl_local")
     setting = setting.model_copy(update={"train": setting.train.model_copy(update={"steps": steps})})
-    run = LocalRun(setting, find_method(method), 0, BASE_MODEL, TRAIN_JSONL)
+    run = LocalRun(resolve_run(setting, method, 0), BASE_MODEL, TRAIN_JSONL)
     LocalTrainer(run, RunDir(out).create(), progress=False).fit()
     return [r["perf/step_s"] for r in RunDir(out).read_metrics()]
 

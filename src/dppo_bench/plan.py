@@ -49,7 +49,7 @@ class RunState:
 
 
 def run_state(
-    run_dir: RunDir, setting: Setting, recipe: MethodRecipe, benchmarks: Mapping[str, BenchmarkSpec] | None = None
+    run_dir: RunDir, setting: Setting, recipe: MethodRecipe, benchmarks: Mapping[str, BenchmarkSpec]
 ) -> RunState:
     """What is on disk for one run: stale if what it computes changed since it ran (its training identity, as
     aggregation judges); a finished run also lists the evaluations still to make, which need no training."""
@@ -64,7 +64,6 @@ def run_state(
     step_s = statistics.fmean(times) if times else None
     if not (info.get("status") in FINISHED and run_dir.done.exists()):
         return RunState("partial", last, step_s)
-    benchmarks = benchmarks or setting_benchmarks([setting])
     due = tuple(
         b
         for b in setting.eval.benchmarks

@@ -5,10 +5,10 @@
 ``weights/`` (the model of every checkpoint verl saved, kept for offline evaluation after verl deletes the
 checkpoint: :mod:`dppo_bench.verl_plugin.keep_weights`).
 
-A run is current while its record holds the training identity its setting and recipe have today
-(:func:`training_identity`); an evaluation is current while its summary.json holds the protocol its benchmark and
-setting give today (:mod:`dppo_bench.eval.protocol`). The two are separate: an evaluation that changed is made
-again, never the training.
+A run is current while the setting and recipe its record holds have the training identity today's have
+(:func:`training_identity`, :func:`recorded_training_identity`); an evaluation is current while its summary.json
+holds the protocol its benchmark and setting give today (:mod:`dppo_bench.eval.protocol`). The two are separate: an
+evaluation that changed is made again, never the training.
 
 metrics.jsonl is append-only and resume-safe: rows reach it before the checkpoint that covers
 them is committed, and a resumed run first drops rows past its checkpoint, so a crash at any
@@ -24,6 +24,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from dppo_bench.config.settings import setting_sha256
 from dppo_bench.errors import UserError
 from dppo_bench.io import CorruptFileError, atomic_write_text, file_sha256, naming, read_json, read_jsonl
 from dppo_bench.provenance import now, provenance
@@ -43,6 +44,17 @@ def _finite(value: Any) -> Any:
 def training_identity(setting, recipe) -> dict[str, str]:
     """What a run's record holds of what it computes: the setting's and the recipe's training identity."""
     return {"setting_sha256": setting.sha256(), "recipe_sha256": recipe.sha256()}
+
+
+def recorded_training_identity(info: dict) -> dict[str, Any]:
+    """The training identity of a run's record, by today's rule: the setting's part is recomputed from the setting
+    the record holds (:func:`dppo_bench.config.settings.setting_sha256`), so that a change of what the identity leaves
+    out does not make finished runs stale. A recipe's identity keeps its recorded value by construction
+    (:meth:`dppo_bench.config.MethodRecipe.sha256`)."""
+    identity = {"setting_sha256": info.get("setting_sha256"), "recipe_sha256": info.get("recipe_sha256")}
+    if isinstance(info.get("setting_config"), dict):
+        identity["setting_sha256"] = setting_sha256(info["setting_config"])
+    return identity
 
 
 RUNS_ROOT = Path("results/runs")  # the pipeline's run directories, relative to its working directory
@@ -117,7 +129,8 @@ class RunDir:
         }
         old = self.read_run()
         if old:
-            clash = {k: (old.get(k), v) for k, v in identity.items() if old.get(k) != v}
+            recorded = {**old, **recorded_training_identity(old)}
+            clash = {k: (recorded.get(k), v) for k, v in identity.items() if recorded.get(k) != v}
             if clash:
                 raise UserError(f"{self.run_json}: holds a different run ({clash}); refusing to resume or overwrite it")
         return self.update_run(
@@ -137,7 +150,7 @@ class RunDir:
     def is_current(self, info: dict, setting, recipe) -> bool:
         """Whether the run ``info`` records is the one ``setting`` and ``recipe`` make today (how it is evaluated
         is not part of that)."""
-        return all(info.get(k) == v for k, v in training_identity(setting, recipe).items())
+        return recorded_training_identity(info) == training_identity(setting, recipe)
 
     def evaluation_current(self, benchmark: str, protocol_sha256: str) -> bool:
         """Whether the run's evaluation on ``benchmark`` is finished and made with that protocol."""

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from dppo_bench.config.specs import load_benchmark
-from dppo_bench.eval.data import Problem, ProblemSet, problems_sha256
 from dppo_bench.eval.samples import read_samples
 from dppo_bench.eval.score import score_samples
 from dppo_bench.eval.verl_dump import convert_dump
+from dppo_bench.problem_sets.load import Problem, ProblemSet, problems_sha256
 
 pytestmark = pytest.mark.slow
 REWARD_FILE = Path(importlib.util.find_spec("dppo_bench.eval.verl_reward").origin)

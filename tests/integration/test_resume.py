@@ -10,7 +10,8 @@ import time
 import pytest
 from local_fixtures import build_run_inputs, write_setting
 
-from dppo_bench.config import find_method, load_setting
+from dppo_bench.config import load_setting
+from dppo_bench.config.runs import resolve_run
 from dppo_bench.local.trainer import LocalRun, LocalTrainer
 from dppo_bench.rundir import RunDir
 
@@ -72,7 +73,7 @@ def test_killed_twice_then_rerun_equals_uninterrupted(tmp_path):
 
     reference = RunDir(tmp_path / "reference").create()
     setting = load_setting(setting_path)
-    LocalTrainer(LocalRun(setting, find_method("dppo_binary_kl"), 3, base, train), reference, progress=False).fit()
+    LocalTrainer(LocalRun(resolve_run(setting, "dppo_binary_kl", 3), base, train), reference, progress=False).fit()
     killed_rows, reference_rows = run.read_metrics(), reference.read_metrics()
     assert [r["step"] for r in killed_rows] == list(range(1, 25))
     assert without_perf(killed_rows) == without_perf(reference_rows)

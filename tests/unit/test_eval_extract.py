@@ -5,8 +5,8 @@ import time
 import pytest
 
 from dppo_bench.eval.extract import extract_answer
-from dppo_bench.eval.tex import strip_delimiters
 from dppo_bench.eval.values import as_integer
+from dppo_bench.tex import strip_delimiters
 
 
 @pytest.mark.parametrize(

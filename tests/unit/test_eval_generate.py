@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from dppo_bench.cli import main
-from dppo_bench.eval.data import Problem
+from dppo_bench.config.prompts import load_prompt
 from dppo_bench.eval.generate import (
     HFBackend,
     SamplingConfig,
@@ -21,8 +21,8 @@ from dppo_bench.eval.generate import (
     resolve_model,
     run_generation,
 )
-from dppo_bench.eval.prompts import load_prompt
 from dppo_bench.eval.samples import SamplesError, SamplesWriter, read_samples
+from dppo_bench.problem_sets.load import Problem
 
 PROBLEMS = [Problem("p1", "What is $1+1$?", "2"), Problem("p2", "What is $2+3$?", "5"), Problem("p3", "Hi?", "7")]
 SAMPLING = SamplingConfig(n=3, temperature=1.0, top_p=0.95, max_tokens=6, seed=0)

@@ -11,6 +11,7 @@ from record_fixtures import write_scores
 from dppo_bench.aggregate.collect import read_run
 from dppo_bench.cli import main
 from dppo_bench.config import SETTINGS_DIR, ConfigError, find_method, find_setting, load_setting, setting_data
+from dppo_bench.config.runs import setting_benchmarks
 from dppo_bench.config.specs import load_benchmark
 from dppo_bench.eval.protocol import setting_protocol_sha256
 from dppo_bench.plan import run_state
@@ -126,12 +127,12 @@ def evaluated(run, setting, spec, values):
 def test_a_finished_run_with_a_benchmark_added_is_current_and_only_the_new_evaluation_is_due(tmp_path):
     run = finished_run(tmp_path, LOCAL)
     evaluated(run, LOCAL, TINY, {0: 0.25, 3: 0.5, 6: 0.75})
-    assert run_state(run, LOCAL, RECIPE).to_evaluate == ()
+    assert run_state(run, LOCAL, RECIPE, setting_benchmarks([LOCAL])).to_evaluate == ()
     more = with_eval(LOCAL, offline=["tiny_arith", "tiny_arith_greedy"])
     assert run.is_current(run.read_run(), more, RECIPE)
-    state = run_state(run, more, RECIPE)
+    state = run_state(run, more, RECIPE, setting_benchmarks([more]))
     assert (state.status, state.to_evaluate) == ("finished", ("tiny_arith_greedy",))
-    collected = read_run(tmp_path, more, RECIPE, 0, "x", False)
+    collected = read_run(tmp_path, more, RECIPE, 0, "x", False, setting_benchmarks([more]))
     assert collected.status == "completed" and collected.series["eval/tiny_arith/avg@4"] == {0: 0.25, 3: 0.5, 6: 0.75}
 
 
@@ -152,7 +153,7 @@ def test_aggregation_reads_the_evaluated_steps_only_and_never_verls_online_numbe
     run = finished_run(tmp_path, LOCAL, {3: {"eval/tiny_arith/avg@4": 0.99}})  # as verl logs its val-core
     evaluated(run, LOCAL, TINY, {0: 0.25, 3: 0.5, 6: 0.75})
     write_scores(run.path, "tiny_arith", 2, 4, 0.125)  # from an evaluation at other steps
-    series = read_run(tmp_path, LOCAL, RECIPE, 0, "x", False).series
+    series = read_run(tmp_path, LOCAL, RECIPE, 0, "x", False, setting_benchmarks([LOCAL])).series
     assert series["eval/tiny_arith/avg@4"] == {0: 0.25, 3: 0.5, 6: 0.75}
 
 

@@ -13,9 +13,9 @@ import pytest
 
 from dppo_bench.cli import main
 from dppo_bench.config.specs import load_benchmark
-from dppo_bench.eval.data import Problem, ProblemSet, load_problem_set, problems_sha256
 from dppo_bench.eval.samples import SamplesError, read_samples, write_samples
 from dppo_bench.eval.score import UNKNOWN, check_samples, score_samples, write_scores
+from dppo_bench.problem_sets.load import Problem, ProblemSet, load_problem_set, problems_sha256
 
 FORMATS = json.loads((Path(__file__).parents[1] / "cases" / "scoring_formats.json").read_text())
 

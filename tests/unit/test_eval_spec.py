@@ -7,8 +7,8 @@ import pytest
 
 from dppo_bench.commands.eval import _max_tokens
 from dppo_bench.config import ConfigError, find_setting
+from dppo_bench.config.prompts import load_prompt
 from dppo_bench.config.specs import load_any, load_benchmark, load_benchmarks, load_dataset_spec
-from dppo_bench.eval.prompts import load_prompt
 
 DAPO_PREFIX = (
     "Solve the following math problem step by step. The last line of your response should be of the form "

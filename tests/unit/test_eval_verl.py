@@ -7,12 +7,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import dppo_bench.eval.verl_reward as verl_reward
+from dppo_bench.config.prompts import load_prompt
 from dppo_bench.config.specs import load_benchmark
-from dppo_bench.eval.data import DataError, Problem, ProblemSet, problems_sha256
-from dppo_bench.eval.prompts import load_prompt
 from dppo_bench.eval.samples import read_samples
 from dppo_bench.eval.score import check_samples
 from dppo_bench.eval.verl_dump import convert_dump, dump_path
+from dppo_bench.problem_sets.load import DataError, Problem, ProblemSet, problems_sha256
 
 INFO = {"problem_id": "aime2024-I-01", "answer_type": "integer", "index": 0}
 

@@ -5,6 +5,7 @@ import torch
 from local_fixtures import build_run_inputs, write_setting
 
 from dppo_bench.config import find_method, load_setting
+from dppo_bench.config.runs import resolve_run
 from dppo_bench.local.trainer import LocalRun, LocalTrainer
 from dppo_bench.rundir import RunDir
 
@@ -35,7 +36,7 @@ def inputs(tmp_path_factory):
 def fit(inputs, method, out, seed=0):
     setting, base, train = inputs
     trainer = LocalTrainer(
-        LocalRun(setting, find_method(method), seed, base, train), RunDir(out).create(), progress=False
+        LocalRun(resolve_run(setting, method, seed), base, train), RunDir(out).create(), progress=False
     )
     return trainer, trainer.fit()
 
@@ -58,7 +59,7 @@ def test_the_rollout_anchor_passes_over_the_batch_only_to_measure_the_mismatch(i
     setting, base, train = inputs
     quiet = setting.model_copy(update={"train": setting.train.model_copy(update={"mismatch_every": 0})})
     trainer = LocalTrainer(
-        LocalRun(quiet, find_method("dppo_binary_tv"), 0, base, train), RunDir(tmp_path).create(), progress=False
+        LocalRun(resolve_run(quiet, "dppo_binary_tv", 0), base, train), RunDir(tmp_path).create(), progress=False
     )
     trainer.fit()
     rows = RunDir(tmp_path).read_metrics()
@@ -73,7 +74,7 @@ def test_the_mismatch_is_measured_over_the_whole_batch_before_the_updates(inputs
 
     setting, base, train = inputs
     trainer = LocalTrainer(
-        LocalRun(setting, find_method("pg_is"), 0, base, train), RunDir(tmp_path).create(), progress=False
+        LocalRun(resolve_run(setting, "pg_is", 0), base, train), RunDir(tmp_path).create(), progress=False
     )
     trainer._load()
     roll, rewards = trainer._rollout(1, generator(0, 1))
@@ -117,7 +118,7 @@ def test_resume_continues_from_the_checkpoint(inputs, tmp_path):
     fit(inputs, "dppo_binary_kl", tmp_path / "full")
     setting, base, train = inputs
     partial = RunDir(tmp_path / "part").create()
-    trainer = LocalTrainer(LocalRun(setting, find_method("dppo_binary_kl"), 0, base, train), partial, progress=False)
+    trainer = LocalTrainer(LocalRun(resolve_run(setting, "dppo_binary_kl", 0), base, train), partial, progress=False)
     trainer._load()
     trainer._checkpoint(0, [])
     rows = [trainer.step(1), trainer.step(2)]
@@ -133,7 +134,7 @@ def test_nan_loss_ends_the_run_as_diverged(inputs, tmp_path, monkeypatch):
     trainer, _ = fit(inputs, "pg_is", tmp_path / "ok")
     setting, base, train = inputs
     bad = LocalTrainer(
-        LocalRun(setting, find_method("pg_is"), 0, base, train), RunDir(tmp_path / "bad").create(), progress=False
+        LocalRun(resolve_run(setting, "pg_is", 0), base, train), RunDir(tmp_path / "bad").create(), progress=False
     )
     original = bad.step
 
@@ -196,3 +197,16 @@ def test_every_kind_of_method_trains_and_records_its_statistics(inputs, tmp_path
     assert names <= set(rows[-1])
     if find_method(method).verl is not None:
         assert "tr/mask_frac" not in rows[-1]  # verl's functions report their own statistics, not our surrogate's
+
+
+def test_a_local_run_reads_no_spec_after_it_was_resolved(inputs, tmp_path, monkeypatch):
+    """The command resolves the run once (dppo_bench.config.runs); the trainer grades with the training spec's answer
+    type from there and reads no spec itself."""
+    from dppo_bench.config import specs
+
+    setting, base, train = inputs
+    resolved, read = resolve_run(setting, "pg_is", 0), []
+    load = specs._load
+    monkeypatch.setattr(specs, "_load", lambda model, path: read.append(path) or load(model, path))
+    LocalTrainer(LocalRun(resolved, base, train), RunDir(tmp_path).create(), progress=False).fit()
+    assert read == []

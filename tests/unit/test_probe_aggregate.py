@@ -10,7 +10,7 @@ from dppo_bench.aggregate.collect import collect
 from dppo_bench.aggregate.masked_tokens import to_csv, to_latex, to_markdown, token_rows
 from dppo_bench.cli import main
 from dppo_bench.config import find_experiment, find_method, find_setting
-from dppo_bench.probe.tokens import write_tokens
+from dppo_bench.probe.tokens import read_tokens, write_tokens
 from dppo_bench.rundir import RunDir
 
 
@@ -52,6 +52,16 @@ def test_a_probe_of_another_setting_version_is_refused(tmp_path):
     record = tmp_path / "tiny_sanity" / "mismatch.npz"
     write_tokens(record, [0.5], [0.5], [0.0], {"setting": "tiny_sanity", "setting_sha256": "old"})
     assert main(["aggregate", "tiny_mismatch", "--probes", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+
+
+def test_a_probe_is_judged_by_the_setting_it_holds(tmp_path):
+    setting = find_setting("tiny_sanity")
+    dump = setting.model_dump(mode="json")
+    record = tmp_path / "mismatch.npz"
+    write_tokens(record, [0.5], [0.5], [0.0], {"setting_sha256": "an older rule's hash", "setting_config": dump})
+    assert read_tokens(record).probed_with(setting)
+    edited = setting.model_copy(update={"train": setting.train.model_copy(update={"lr": 1.0})})
+    assert not read_tokens(record).probed_with(edited)
 
 
 def test_masked_token_table_sums_the_chosen_steps_and_ranks_by_count(tmp_path):

@@ -8,7 +8,8 @@ import pytest
 from local_fixtures import build_run_inputs, write_setting
 
 from dppo_bench.aggregate.collect import eval_series
-from dppo_bench.config import find_method, load_setting
+from dppo_bench.config import load_setting
+from dppo_bench.config.runs import resolve_run, setting_benchmarks
 from dppo_bench.io import CorruptFileError, verify_checksums
 from dppo_bench.local.trainer import LocalRun, LocalTrainer
 from dppo_bench.rundir import RunDir
@@ -20,7 +21,7 @@ def finished(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("corruption")
     setting_path = write_setting(tmp, steps=4, save_every=2)
     base, train = build_run_inputs(tmp, setting_path)
-    run = LocalRun(load_setting(setting_path), find_method("dppo_binary_tv"), 0, base, train)
+    run = LocalRun(resolve_run(load_setting(setting_path), "dppo_binary_tv", 0), base, train)
     out = RunDir(tmp / "finished").create()
     LocalTrainer(run, out, progress=False).fit()
     return run, out
@@ -127,7 +128,7 @@ def test_garbled_json_records_name_their_file(copy):
     scores.parent.mkdir(parents=True)
     scores.write_bytes(b"\x00\x00")
     with pytest.raises(CorruptFileError, match=f"{scores}: not valid JSON"):
-        eval_series(run_dir, run.setting)
+        eval_series(run_dir, run.setting, setting_benchmarks([run.setting]))
 
 
 def test_a_row_without_an_integer_step_is_named(tmp_path):

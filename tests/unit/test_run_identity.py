@@ -3,7 +3,8 @@
 import pytest
 
 from dppo_bench.aggregate.collect import read_run
-from dppo_bench.config import find_method, find_setting
+from dppo_bench.config import ConfigError, canonical_sha256, find_method, find_setting
+from dppo_bench.config.runs import resolve_run, setting_benchmarks
 from dppo_bench.rundir import RunDir
 
 VERL = find_setting("moe_base")
@@ -73,8 +74,8 @@ def record(root, setting, recipe=RECIPE, status="completed"):
 def test_a_finished_run_is_not_stale_after_a_seed_is_added(tmp_path):
     record(tmp_path, LOCAL)
     more_seeds = LOCAL.model_copy(update={"seeds": [*LOCAL.seeds, 9], "display_name": "renamed"})
-    assert read_run(tmp_path, more_seeds, RECIPE, 0, "x", False).status == "completed"
-    assert read_run(tmp_path, with_train(LOCAL, lr=1.0), RECIPE, 0, "x", False).status == "stale"
+    assert read_run(tmp_path, more_seeds, RECIPE, 0, "x", False, setting_benchmarks([more_seeds])).status == "completed"
+    assert read_run(tmp_path, with_train(LOCAL, lr=1.0), RECIPE, 0, "x", False, {}).status == "stale"
 
 
 def test_a_killed_run_resumes_with_a_longer_time_limit_but_not_another_lr(tmp_path):
@@ -121,3 +122,63 @@ IDENTITIES_BEFORE_DECLARED_HYPERPARAMETERS = {
 @pytest.mark.parametrize("method", sorted(IDENTITIES_BEFORE_DECLARED_HYPERPARAMETERS))
 def test_a_recipe_keeps_the_identity_its_runs_recorded(method):
     assert find_method(method).sha256() == IDENTITIES_BEFORE_DECLARED_HYPERPARAMETERS[method]
+
+
+def recorded_under_an_older_rule(root, setting, recipe=RECIPE):
+    """A finished run whose record holds the setting it trained with and a setting hash taken under another rule of
+    what the identity leaves out (as every record made before evaluation left the identity does)."""
+    run = RunDir(root / setting.id / recipe.id / "seed0").create()
+    old_rule_hash = canonical_sha256(setting.model_dump(mode="json"))  # nothing left out
+    assert old_rule_hash != setting.sha256()
+    run.write_run(
+        {
+            "status": "completed",
+            "setting": setting.id,
+            "method": recipe.id,
+            "seed": 0,
+            "backend": setting.backend,
+            "setting_sha256": old_rule_hash,
+            "recipe_sha256": recipe.sha256(),
+            "setting_config": setting.model_dump(mode="json"),
+        }
+    )
+    return run
+
+
+@pytest.mark.parametrize("setting", [LOCAL, VERL], ids=["local", "verl"])
+def test_a_record_made_under_an_older_identity_rule_is_judged_by_the_setting_it_holds(tmp_path, setting):
+    run = recorded_under_an_older_rule(tmp_path, setting)
+    assert run.is_current(run.read_run(), setting, RECIPE)
+    assert read_run(tmp_path, setting, RECIPE, 0, "x", False, setting_benchmarks([setting])).status == "completed"
+    assert not run.is_current(run.read_run(), with_train(setting, lr=setting.train.lr * 2), RECIPE)
+
+
+def test_a_record_made_under_an_older_identity_rule_resumes_and_takes_todays_hash(tmp_path):
+    run = recorded_under_an_older_rule(tmp_path, VERL)
+    with pytest.raises(ValueError, match="holds a different run"):
+        run.start(with_train(VERL, lr=VERL.train.lr * 2), RECIPE, 0, {})
+    run.start(VERL, RECIPE, 0, {})
+    assert run.read_run()["setting_sha256"] == VERL.sha256()
+
+
+def test_a_local_records_evaluation_is_not_part_of_what_it_computed(tmp_path):
+    run = recorded_under_an_older_rule(tmp_path, LOCAL)
+    info = run.read_run()
+    info["setting_config"]["eval"] = {"benchmarks": ["tiny_arith"], "every": 150}  # the field as it was before
+    run.write_run(info)
+    assert run.is_current(run.read_run(), LOCAL, RECIPE)
+
+
+def test_a_record_without_its_setting_is_judged_by_the_hash_it_stored(tmp_path):
+    run = recorded_under_an_older_rule(tmp_path, LOCAL)
+    info = run.read_run()
+    del info["setting_config"]
+    run.write_run(info)
+    assert not run.is_current(run.read_run(), LOCAL, RECIPE)
+
+
+def test_a_setting_built_in_code_is_checked_as_one_from_a_file():
+    """resolve_run checks what the setting evaluates whether it was given by id or as an object."""
+    aime = LOCAL.model_copy(update={"eval": LOCAL.eval.model_copy(update={"offline": ["aime24"]})})
+    with pytest.raises(ConfigError, match=r"tiny_smoke.yaml: field 'eval.offline.0': benchmark 'aime24' cannot be run"):
+        resolve_run(aime, RECIPE, 0)

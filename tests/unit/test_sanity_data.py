@@ -6,9 +6,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from dppo_bench.cli import main
+from dppo_bench.config.prompts import load_prompt
 from dppo_bench.config.specs import load_dataset_spec
-from dppo_bench.eval.data import DataError, HashMismatch, load_problem_set
-from dppo_bench.eval.prompts import load_prompt
+from dppo_bench.problem_sets.load import DataError, HashMismatch, load_problem_set
 
 SPEC = load_dataset_spec("sanity_r1d_1p5b")
 

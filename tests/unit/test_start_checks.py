@@ -1,11 +1,12 @@
-"""The checks across files that stop a bad combination at start (dppo_bench.config.suite, load_experiment)."""
+"""The checks across files that stop a bad combination at start (dppo_bench.start_checks, load_experiment)."""
 
 import pytest
 import yaml
 
 from dppo_bench.config import EXPERIMENTS_DIR, SETTINGS_DIR, ConfigError, load_experiment, load_setting, read_yaml
 from dppo_bench.config.specs import load_benchmarks
-from dppo_bench.config.suite import check_eval_metrics, check_setting, load_suite
+from dppo_bench.config.suite import check_eval_metrics, check_setting
+from dppo_bench.start_checks import load_suite
 
 
 def write(path, data):

@@ -5,7 +5,7 @@ import os
 from snakemake.utils import validate
 
 from dppo_bench import config as dc
-from dppo_bench.config.suite import load_suite
+from dppo_bench.start_checks import load_suite
 from dppo_bench.eval.protocol import setting_protocol_sha256
 from dppo_bench.config.specs import load_any
 from dppo_bench.eval.step_samples import validated_online

@@ -47,11 +47,10 @@ class Run:
 
 
 def eval_series(
-    run: RunDir, setting: Setting, benchmarks: Mapping[str, BenchmarkSpec] | None = None
+    run: RunDir, setting: Setting, benchmarks: Mapping[str, BenchmarkSpec]
 ) -> tuple[dict[str, dict[int, float]], list[str]]:
     """``eval/<benchmark>/avg@<n>`` per step from the scores.json files of the steps the setting evaluates each
     benchmark at; and the benchmarks left out because their summary.json records another protocol."""
-    benchmarks = benchmarks or setting_benchmarks([setting])
     out: dict[str, dict[int, float]] = {}
     outdated = []
     for benchmark in setting.eval.benchmarks:
@@ -85,7 +84,7 @@ def read_run(
     seed: int,
     label: str,
     dashed: bool,
-    benchmarks: Mapping[str, BenchmarkSpec] | None = None,
+    benchmarks: Mapping[str, BenchmarkSpec],
 ) -> Run:
     run_dir = RunDir.of(setting.id, recipe.id, seed, root)
     run = Run(setting.id, recipe.id, seed, label, dashed, "missing")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from dppo_bench.config.prompts import load_prompt
 from dppo_bench.config.specs import load_any
-from dppo_bench.eval.data import load_problem_set
-from dppo_bench.eval.prepare import prepare as write_prepared
-from dppo_bench.eval.prompts import load_prompt
+from dppo_bench.problem_sets.load import load_problem_set
+from dppo_bench.problem_sets.prepare import prepare as write_prepared
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

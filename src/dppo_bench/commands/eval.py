@@ -6,12 +6,12 @@ import argparse
 from pathlib import Path
 
 from dppo_bench.config import find_setting
+from dppo_bench.config.prompts import load_prompt
 from dppo_bench.config.specs import load_benchmark
-from dppo_bench.eval.data import problems_for
 from dppo_bench.eval.generate import HFBackend, SamplingConfig, VLLMBackend, resolve_model, run_generation
-from dppo_bench.eval.prompts import load_prompt
 from dppo_bench.eval.protocol import sampling_of
 from dppo_bench.eval.verl_dump import convert_dump
+from dppo_bench.problem_sets.pins import problems_for
 
 
 def _sampling_args(p: argparse.ArgumentParser) -> None:

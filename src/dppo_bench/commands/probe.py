@@ -76,6 +76,7 @@ def probe_verl(args: argparse.Namespace, setting, *, trainer=None) -> int:
     meta = {
         "setting": setting.id,
         "setting_sha256": setting.sha256(),
+        "setting_config": setting.model_dump(mode="json"),  # judged by today's identity rule
         "backend": "verl",
         "seed": args.seed,
         "sequences": probe_setting(setting).train.prompts_per_step * setting.train.responses_per_prompt,

@@ -6,10 +6,10 @@ import argparse
 from pathlib import Path
 
 from dppo_bench.config.specs import load_benchmark
-from dppo_bench.eval.data import problems_for
 from dppo_bench.eval.samples import read_samples
 from dppo_bench.eval.score import score_samples, write_scores
 from dppo_bench.eval.verifier import DEFAULT_TIMEOUT_S
+from dppo_bench.problem_sets.pins import problems_for
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -6,9 +6,9 @@ import argparse
 from pathlib import Path
 
 from dppo_bench.config import SETTINGS_DIR, ConfigError, find_setting
-from dppo_bench.eval.data import problems_sha256
-from dppo_bench.eval.pins import all_specs, check_digest
 from dppo_bench.local.task import make_splits, write_jsonl
+from dppo_bench.problem_sets.load import problems_sha256
+from dppo_bench.problem_sets.pins import all_specs, check_digest
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from dppo_bench.config.runs import resolve_run
 from dppo_bench.errors import UserError
-from dppo_bench.eval.pins import check_file
 from dppo_bench.io import file_sha256
+from dppo_bench.problem_sets.pins import check_file
 from dppo_bench.provenance import now
 from dppo_bench.rundir import WANDB_PROJECT, RunDir, experiment_name
 from dppo_bench.runlock import run_lock
@@ -125,7 +125,7 @@ def train_local(args: argparse.Namespace, resolved) -> int:
         "train_data_sha256": file_sha256(args.train_data),
     }
     run_dir.start(setting, recipe, args.seed, inputs)
-    run = LocalRun(setting, recipe, args.seed, args.base_model, args.train_data, resolved.train_data.answer_type)
+    run = LocalRun(resolved, args.base_model, args.train_data)
     wb = wandb_run(run_dir, setting, recipe, args.seed) if args.wandb else None
     try:
         log_rows = log_rows_to(wb) if wb is not None else None

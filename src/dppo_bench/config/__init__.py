@@ -2,8 +2,8 @@
 
 ``roots`` (where the yaml is read from), ``yaml_io`` (strict reading, errors naming file and field),
 ``loader`` (id = file name; an unknown id lists the known ones), ``identity`` (content hashes), ``methods``,
-``settings``, ``experiments``, ``specs`` (benchmarks and training datasets), ``runs`` (one run's facts, resolved
-once); ``suite`` checks them against each other (import it explicitly: it also checks the data files the specs pin).
+``settings``, ``experiments``, ``specs`` (benchmarks and training datasets), ``prompts`` (prompt templates),
+``runs`` (one run's facts, resolved once); ``suite`` checks them against each other.
 """
 
 from dppo_bench.config.experiments import (

@@ -141,7 +141,7 @@ class Experiment(Strict):
 
 def load_experiment(path: Path, settings: Mapping[str, Setting] | None = None) -> Experiment:
     """``path``'s experiment, checked against the recipes it names; ``settings`` are the settings already loaded
-    (:func:`dppo_bench.config.suite.load_suite`), otherwise each one named is read."""
+    (:func:`dppo_bench.start_checks.load_suite`), otherwise each one named is read."""
     experiment = load_model(Experiment, path)
     for i, setting in enumerate(experiment.probes):
         require("setting", setting, SETTINGS_DIR, path, f"probes.{i}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 
@@ -14,7 +15,12 @@ def canonical_sha256(data: object) -> str:
 
 def identity_sha256(model: BaseModel, left_out: tuple[str, ...]) -> str:
     """sha256 of the model's dump without the dotted fields ``left_out`` (absent ones are skipped)."""
-    data = model.model_dump(mode="json")
+    return dump_identity_sha256(model.model_dump(mode="json"), left_out)
+
+
+def dump_identity_sha256(dump: dict, left_out: tuple[str, ...]) -> str:
+    """sha256 of a model's JSON dump (a live model's, or one a record holds) without the dotted fields ``left_out``."""
+    data = copy.deepcopy(dump)
     for dotted in left_out:
         *parents, name = dotted.split(".")
         node = data

@@ -39,18 +39,18 @@ def setting_benchmarks(settings: Iterable[Setting]) -> dict[str, BenchmarkSpec]:
 
 
 def resolve_run(setting: Setting | str, recipe: MethodRecipe | str, seed: int) -> ResolvedRun:
-    """The run's facts; a setting or recipe given by id is loaded (and, for a setting, checked against its specs).
-    Fails now, not mid-run, on a recipe without the setting's hyperparameter profile or on a bad eval spec."""
+    """The run's facts; a setting or recipe given by id is loaded. Fails now, not mid-run, on a recipe without the
+    setting's hyperparameter profile or on a benchmark the setting cannot evaluate (the error names the setting's
+    file; for a setting built in code, the file a setting of its id would have)."""
     if isinstance(setting, str):
         path = locate("setting", setting, SETTINGS_DIR)
         setting = load_setting(path)
     else:
-        path = None
+        path = SETTINGS_DIR / f"{setting.id}.yaml"
     if isinstance(recipe, str):
         recipe = find_method(recipe)
     recipe.profile(setting.hyperparameter_profile)
     benchmarks = setting_benchmarks([setting])
-    if path is not None:
-        check_setting(setting, path, benchmarks)
+    check_setting(setting, path, benchmarks)
     train_data = load_any(setting.verl.train_data if setting.verl is not None else TINY_TRAIN_DATA)
     return ResolvedRun(setting, recipe, seed, benchmarks, train_data)

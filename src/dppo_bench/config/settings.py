@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from dppo_bench.config.identity import identity_sha256
+from dppo_bench.config.identity import dump_identity_sha256
 from dppo_bench.config.loader import entry_paths, extended_data, load_model, locate, require
 from dppo_bench.config.roots import EVAL_DIR, SETTINGS_DIR
 from dppo_bench.config.yaml_io import FieldError, Id, Strict, read_yaml
@@ -27,6 +27,13 @@ Seed = Annotated[int, Field(ge=0)]  # a run's seed is a path component (seed<k>)
 SETTING_NOT_IDENTITY = ("display_name", "paper", "seeds", "verl.runtime_min", "eval.offline")
 # The local trainer evaluates nothing while it trains: every evaluation of a local run reads its checkpoints
 LOCAL_NOT_IDENTITY = (*SETTING_NOT_IDENTITY, "eval")
+
+
+def setting_sha256(dump: dict) -> str:
+    """The training identity of a setting's JSON dump, by today's rule of what it leaves out. A run's record holds the
+    dump it was trained with, so a record made under an older rule is judged by what it computed, not by the hash it
+    stored: a field's leaving the identity (as evaluation did) makes no finished run stale."""
+    return dump_identity_sha256(dump, LOCAL_NOT_IDENTITY if dump.get("backend") == "local" else SETTING_NOT_IDENTITY)
 
 
 class TrainSpec(Strict):
@@ -244,7 +251,7 @@ class Setting(Strict):
 
     def sha256(self) -> str:
         """The setting's part of a run's training identity (the seed is a part of its own)."""
-        return identity_sha256(self, LOCAL_NOT_IDENTITY if self.backend == "local" else SETTING_NOT_IDENTITY)
+        return setting_sha256(self.model_dump(mode="json"))
 
     def eval_steps(self, benchmark: str) -> list[int]:
         """The steps a benchmark is scored at: 0 (the base model), then every eval.every (online: verl's validation

@@ -1,31 +1,19 @@
-"""Every yaml of the suite loaded and checked against the others: what ``snakemake`` and ``dppo-bench`` check at
-start, so that a bad combination stops there, naming the file and the field, instead of yielding a silent
-wrong result later (an empty column, a tiny model scored on AIME).
+"""The checks of one yaml against the others, so that a bad combination stops at start, naming the file and the
+field, instead of yielding a silent wrong result later (an empty column, a tiny model scored on AIME).
 
-Separate from the per-file loaders because it reads them all, and the data files the specs pin
-(:mod:`dppo_bench.eval.pins`).
+Separate from the per-file loaders because each reads several kinds; :mod:`dppo_bench.start_checks` runs them all.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from dppo_bench.canonical import EVAL_METRIC
-from dppo_bench.config.experiments import Experiment, experiment_paths, load_experiment, metric_fields
-from dppo_bench.config.methods import MethodRecipe, load_methods
-from dppo_bench.config.settings import Setting, load_setting, setting_paths
-from dppo_bench.config.specs import BenchmarkSpec, load_benchmarks
+from dppo_bench.config.experiments import Experiment, metric_fields
+from dppo_bench.config.methods import MethodRecipe
+from dppo_bench.config.settings import Setting
+from dppo_bench.config.specs import BenchmarkSpec
 from dppo_bench.config.yaml_io import ConfigError
-from dppo_bench.eval.pins import check_present_sources, dataset_specs
-
-
-@dataclass(frozen=True)
-class Suite:
-    experiments: dict[str, Experiment]
-    settings: dict[str, Setting]
-    methods: dict[str, MethodRecipe]
-    benchmarks: dict[str, BenchmarkSpec]
 
 
 def check_setting(setting: Setting, path: Path, benchmarks: dict[str, BenchmarkSpec]) -> None:
@@ -64,22 +52,3 @@ def check_profiles(
                 have = ", ".join(methods[method].hyperparameters)
                 message = f"method {method!r} has no profile {profile!r} (setting {group.setting!r}'s); it has {have}"
                 raise ConfigError(path, f"runs.{i}.methods.{j}", message)
-
-
-def load_suite() -> Suite:
-    """Every experiment, setting, method recipe and eval spec of the roots, each valid on its own and all
-    consistent (every run of every experiment has its hyperparameter profile too); every spec's local source that is
-    present normalizes to the sha256 the spec pins."""
-    benchmarks = load_benchmarks()
-    check_present_sources([*benchmarks.values(), *dataset_specs()])
-    settings = {}
-    for path in setting_paths():
-        settings[path.stem] = load_setting(path)
-        check_setting(settings[path.stem], path, benchmarks)
-    methods = load_methods()
-    experiments = {}
-    for path in experiment_paths():
-        experiments[path.stem] = load_experiment(path, settings)
-        check_eval_metrics(experiments[path.stem], path, benchmarks)
-        check_profiles(experiments[path.stem], path, settings, methods)
-    return Suite(experiments, settings, methods, benchmarks)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from dppo_bench.eval.tex import (
+from dppo_bench.tex import (
     BRACE_OR_ESCAPE,
     CLOSER,
     CONTEXT_CHARS,

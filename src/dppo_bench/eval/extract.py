@@ -42,16 +42,13 @@ How an extracted answer is then read (as an integer, or by math-verify) is ``val
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from dppo_bench.eval.answer_line import answer_phrase, answer_words, clean_math, final_answer_line, marker_end, repeated
 from dppo_bench.eval.last_resort import closing_value
-from dppo_bench.eval.tex import finished, matching_braces, strip_delimiters
+from dppo_bench.tex import BOX, boxes_from_last, finished, last_box, strip_delimiters
 
 THINK_OPEN, THINK_END = "<think>", "</think>"
-_BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
-_TOKEN = re.compile(r"[^\s$]+")
 _CLOSING_LINES = re.compile(r"[^\n]*+(?:\s|\$\$|\\\]|\\\))*+")  # the rest of a box's line, then lines closing math
 
 
@@ -81,7 +78,7 @@ def extract_answer(completion: str, opens_reasoning: bool = False) -> Extraction
         return found[1]
     if not finished(text):
         return _reasoning_box(completion)
-    if found is None and not _BOX.search(text) and not any(marker_end(text, w) for w in words):
+    if found is None and not BOX.search(text) and not any(marker_end(text, w) for w in words):
         value = clean_math(closing_value(text) or "")
         return Extraction(value, "last_resort") if value else None
     return None
@@ -112,34 +109,7 @@ def _reasoning_box(completion: str) -> Extraction | None:
     box = last_box(reasoning)
     if box is None or not _CLOSING_LINES.fullmatch(reasoning, box[2]):
         return None
-    return Extraction(box[1].text, "reasoning_box")
-
-
-# -- boxes ---------------------------------------------------------------------------------------------------
-def _boxes_from_last(text: str) -> Iterator[tuple[int, str | None, int]]:
-    """(start, content, end) of every \\boxed{} / \\fbox{}, last first; content None for a box that never
-    closes (its end is then where its content begins)."""
-    starts = list(_BOX.finditer(text))
-    if not starts:
-        return
-    closing = matching_braces(text, starts[0].start())
-    for m in reversed(starts):
-        i = m.end()
-        while i < len(text) and text[i] == " ":
-            i += 1
-        if i < len(text) and text[i] == "{":
-            end = closing.get(i)
-            yield (m.start(), None, i + 1) if end is None else (m.start(), text[i + 1 : end], end + 1)
-        elif token := _TOKEN.match(text, i):  # "\boxed 25": the TeX form without braces takes the next token
-            yield m.start(), token.group(0), token.end()
-
-
-def last_box(text: str) -> tuple[int, Extraction, int] | None:
-    """(start, content, end) of the last non-empty, balanced \\boxed{} (or \\fbox{}) of ``text``, or None."""
-    for start, content, end in _boxes_from_last(text):
-        if content is not None and content.strip():
-            return start, Extraction(strip_delimiters(content), "boxed"), end
-    return None
+    return Extraction(box[1], "reasoning_box")
 
 
 def _final_box(text: str) -> Candidate | None:
@@ -148,7 +118,7 @@ def _final_box(text: str) -> Candidate | None:
     stands."""
     cut: tuple[int, str] | None = None
     copies: list[str] = []
-    for start, content, end in _boxes_from_last(text):
+    for start, content, end in boxes_from_last(text):
         if content is None:
             if cut is not None or copies:
                 break

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Protocol
 
 from dppo_bench.config import canonical_sha256
+from dppo_bench.config.prompts import PromptTemplate
 from dppo_bench.errors import UserError
-from dppo_bench.eval.data import Problem
-from dppo_bench.eval.prompts import PromptTemplate, render_chat
 from dppo_bench.eval.samples import SamplesError, SamplesWriter
+from dppo_bench.problem_sets.load import Problem
 
 _FINGERPRINT_BYTES = 1 << 20
 
@@ -259,6 +259,14 @@ class VLLMBackend:
 
 
 # -- the run ---------------------------------------------------------------------------------------------------
+def render_chat(tokenizer, messages: list[dict[str, str]]) -> str:
+    """The text a model is prompted with: its chat template when it has one (as verl renders it), else the
+    message contents joined by blank lines (base models without a template)."""
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return "\n\n".join(m["content"] for m in messages)
+
+
 def prompt_ids(tokenizer, template: PromptTemplate, problems: Sequence[Problem]) -> tuple[list[list[int]], str]:
     """Token ids of each problem's prompt, and the sha256 of the rendered prompt texts."""
     texts = [render_chat(tokenizer, template.messages(p.problem)) for p in problems]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from functools import cache
 
-from dppo_bench.eval.tex import CONTEXT_CHARS, outside_math
+from dppo_bench.tex import CONTEXT_CHARS, outside_math
 
 
 @cache

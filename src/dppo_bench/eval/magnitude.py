@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 
-from dppo_bench.eval.tex import strip_delimiters
+from dppo_bench.tex import strip_delimiters
 
 MAX_DIGITS = 10_000  # far above any answer; far below what costs sympy a second (10^{10^5}: 0.14 s)
 _MAX_DEPTH = 60  # groups nested deeper are not followed (no answer nests this deep; recursion stays bounded)

@@ -13,7 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from dppo_bench.config.specs import load_benchmark
-from dppo_bench.eval.data import problems_for
 from dppo_bench.eval.grading import GradingPool
 from dppo_bench.eval.protocol import protocol_sha256
 from dppo_bench.eval.samples import read_samples
@@ -21,6 +20,7 @@ from dppo_bench.eval.saved_weights import NotSaved
 from dppo_bench.eval.score import score_samples, write_scores
 from dppo_bench.eval.step_samples import StepSamples, VerlDumpSamples, max_response_length, samples_source
 from dppo_bench.io import file_sha256, read_json
+from dppo_bench.problem_sets.pins import problems_for
 from dppo_bench.rundir import SAMPLES, SCORES, RunDir
 from dppo_bench.runlock import run_lock
 

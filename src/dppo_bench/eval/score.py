@@ -21,14 +21,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from dppo_bench.config import ConfigError
+from dppo_bench.config.prompts import load_prompt
 from dppo_bench.config.specs import BenchmarkSpec
 from dppo_bench.eval import verifier
-from dppo_bench.eval.data import ProblemSet, pinned_hashes
 from dppo_bench.eval.grading import DEFAULT_TIMEOUT_S, GradingPool, Verdict, grade_many
 from dppo_bench.eval.metrics import avg_at_n, bootstrap_ci, ks_for, mean_pass_at_k
-from dppo_bench.eval.prompts import load_prompt
 from dppo_bench.eval.samples import SamplesError, SamplesFile, truncation_message
 from dppo_bench.io import atomic_write_bytes, atomic_write_json, file_sha256
+from dppo_bench.problem_sets.load import ProblemSet, pinned_hashes
 
 CI_LEVEL = 0.95
 CI_RESAMPLES = 10_000

@@ -19,16 +19,16 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Protocol
 
+from dppo_bench.config.prompts import load_prompt
 from dppo_bench.config.specs import BenchmarkSpec
 from dppo_bench.errors import UserError
-from dppo_bench.eval.data import ProblemSet
 from dppo_bench.eval.generate import HFBackend, SamplingConfig, VLLMBackend, resolve_model, run_generation
-from dppo_bench.eval.prompts import load_prompt
 from dppo_bench.eval.protocol import sampling_of, spec_sha256
 from dppo_bench.eval.samples import SamplesError, read_samples
 from dppo_bench.eval.saved_weights import saved_model
 from dppo_bench.eval.verl_dump import VERL_VALIDATION, convert_dump
 from dppo_bench.io import CorruptFileError, file_sha256, read_json
+from dppo_bench.problem_sets.load import ProblemSet
 from dppo_bench.rundir import PARTIAL_SAMPLES, SAMPLES, SCORES, RunDir, run_name
 
 

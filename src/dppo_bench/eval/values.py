@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from dppo_bench.eval.answer_line import NAME_EQUALS
-from dppo_bench.eval.tex import matching_braces, strip_delimiters
+from dppo_bench.tex import matching_braces, strip_delimiters
 
 _WRAPPERS = ("\\boxed", "\\fbox", "\\text", "\\textbf", "\\mathbf", "\\mathrm", "\\mbox", "\\textrm", "\\bm")
 _SPACING = re.compile(r"\\[,!;: ]|~|\\quad|\\qquad|\\displaystyle")

@@ -16,9 +16,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from dppo_bench.config import canonical_sha256
-from dppo_bench.eval.data import DataError, Problem, ProblemSet
 from dppo_bench.eval.samples import write_samples
 from dppo_bench.io import file_sha256, read_complete_jsonl
+from dppo_bench.problem_sets.load import DataError, Problem, ProblemSet
 
 _INT = re.compile(r"\s*[+-]?\d+\s*")
 VERL_VALIDATION = "verl-validation"  # the model kind of converted samples' header (and so of their scores)

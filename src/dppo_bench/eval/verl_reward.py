@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from functools import cache
 
+from dppo_bench.config.prompts import load_prompt
 from dppo_bench.config.specs import load_any
 from dppo_bench.eval.grading import DEFAULT_TIMEOUT_S, grade
-from dppo_bench.eval.prompts import load_prompt
 
 
 @cache

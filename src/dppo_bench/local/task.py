@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from dppo_bench.eval.data import Problem
 from dppo_bench.io import atomic_write_lines
+from dppo_bench.problem_sets.load import Problem
 
 OPS = "+-*"
 BOX = "\\boxed{"

@@ -16,7 +16,7 @@ import io
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,8 +26,8 @@ from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
 from dppo_bench import canonical
 from dppo_bench.config import MethodRecipe, Setting
-from dppo_bench.config.runs import TINY_TRAIN_DATA
-from dppo_bench.config.specs import AnswerType, load_any
+from dppo_bench.config.runs import ResolvedRun
+from dppo_bench.config.specs import AnswerType
 from dppo_bench.eval.grading import grade
 from dppo_bench.io import CorruptFileError, read_complete_jsonl, verify_checksums
 from dppo_bench.local.batching import decode_responses, prompt_ids
@@ -54,13 +54,26 @@ def generator(*keys: int) -> torch.Generator:
 
 @dataclass(frozen=True)
 class LocalRun:
-    setting: Setting
-    recipe: MethodRecipe
-    seed: int
+    resolved: ResolvedRun  # setting, recipe, seed and the specs, resolved once by the command
     base_model: Path  # HF dir from the pretraining stage
     train_problems: Path  # normalized jsonl of the training split
-    # how a response is graded: the answer type of the tiny task's training spec, unless the command resolved it
-    answer_type: AnswerType = field(default_factory=lambda: load_any(TINY_TRAIN_DATA).answer_type)
+
+    @property
+    def setting(self) -> Setting:
+        return self.resolved.setting
+
+    @property
+    def recipe(self) -> MethodRecipe:
+        return self.resolved.recipe
+
+    @property
+    def seed(self) -> int:
+        return self.resolved.seed
+
+    @property
+    def answer_type(self) -> AnswerType:
+        """How a response is graded: the answer type of the training set's spec."""
+        return self.resolved.train_data.answer_type
 
 
 class LocalTrainer:

@@ -56,6 +56,7 @@ def probe_mismatch(setting: Setting, base_model: Path, train_problems: Path, see
         "meta": {
             "setting": setting.id,
             "setting_sha256": setting.sha256(),
+            "setting_config": setting.model_dump(mode="json"),  # judged by today's identity rule
             "backend": "local",
             "seed": seed,
             "sequences": len(prompts),

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dppo_bench.config.settings import setting_sha256
 from dppo_bench.errors import UserError
 from dppo_bench.io import atomic_write
 
@@ -30,8 +31,12 @@ class MismatchTokens:
         return self.pi / np.maximum(self.mu, np.finfo(np.float32).tiny)
 
     def probed_with(self, setting) -> bool:
-        """Whether the record is of ``setting`` as it is now (an edited setting makes it stale)."""
-        return self.meta.get("setting_sha256") == setting.sha256()
+        """Whether the record is of ``setting`` as it is now (an edited setting makes it stale). As for a run's
+        record (:func:`dppo_bench.rundir.recorded_training_identity`), the setting the record holds is hashed by
+        today's rule; a record without it is judged by the hash it stored."""
+        recorded = self.meta.get("setting_config")
+        probed = setting_sha256(recorded) if isinstance(recorded, dict) else self.meta.get("setting_sha256")
+        return probed == setting.sha256()
 
 
 def write_tokens(path: Path, mu, pi, tv, meta: dict) -> None:

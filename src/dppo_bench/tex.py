@@ -1,4 +1,6 @@
-"""String primitives of answer extraction: braces, math delimiters, lines, and whether a text was cut off.
+"""String primitives of TeX in answers and worked solutions: braces, math delimiters, boxes, lines, and whether a
+text was cut off. Shared by answer extraction (``eval.extract``) and problem-set preparation (a MATH solution's
+answer is its last box).
 
 All linear in the length of the text; no verifier.
 """
@@ -6,12 +8,15 @@ All linear in the length of the text; no verifier.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 BRACE_OR_ESCAPE = re.compile(r"\\.|[{}]", re.DOTALL)
 MATH_TOKEN = re.compile(r"\\\$|\$\$|\$|\\\[|\\\]|\\\(|\\\)")  # an escaped dollar, then the math delimiters
 CLOSER = {"$$": "$$", "$": "$", "\\[": "\\]", "\\(": "\\)"}
 DISPLAY = ("$$", "\\[")  # delimiters whose math may span lines
 CONTEXT_CHARS = 2000  # how far a math block may reach
+BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
+_TOKEN = re.compile(r"[^\s$]+")
 _DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
 # What a value cannot end with when it is complete: an operator, a relation, an opening bracket, or a command that
 # still waits for its argument ("\frac", "\sqrt", "\left")
@@ -54,6 +59,33 @@ def strip_delimiters(s: str) -> str:
                 s = s[len(left) : len(s) - len(right)].strip()
                 changed = True
     return s
+
+
+def boxes_from_last(text: str) -> Iterator[tuple[int, str | None, int]]:
+    """(start, content, end) of every \\boxed{} / \\fbox{}, last first; content None for a box that never
+    closes (its end is then where its content begins)."""
+    starts = list(BOX.finditer(text))
+    if not starts:
+        return
+    closing = matching_braces(text, starts[0].start())
+    for m in reversed(starts):
+        i = m.end()
+        while i < len(text) and text[i] == " ":
+            i += 1
+        if i < len(text) and text[i] == "{":
+            end = closing.get(i)
+            yield (m.start(), None, i + 1) if end is None else (m.start(), text[i + 1 : end], end + 1)
+        elif token := _TOKEN.match(text, i):  # "\boxed 25": the TeX form without braces takes the next token
+            yield m.start(), token.group(0), token.end()
+
+
+def last_box(text: str) -> tuple[int, str, int] | None:
+    """(start, content without outer math delimiters, end) of the last non-empty, balanced \\boxed{} (or
+    \\fbox{}) of ``text``, or None."""
+    for start, content, end in boxes_from_last(text):
+        if content is not None and content.strip():
+            return start, strip_delimiters(content), end
+    return None
 
 
 def math_pieces(s: str) -> tuple[list[tuple[bool, str]], str | None]:

@@ -17,8 +17,15 @@ from pathlib import Path
 from dppo_bench.config.loader import entry_paths
 from dppo_bench.config.roots import DATASETS_DIR, EVAL_DIR
 from dppo_bench.config.specs import DatasetSpec, load_benchmarks, load_dataset_spec
-from dppo_bench.eval.data import DataError, HashMismatch, load_problem_set, mismatch, read_normalized
 from dppo_bench.io import file_sha256, read_json
+from dppo_bench.problem_sets.load import (
+    DataError,
+    HashMismatch,
+    ProblemSet,
+    load_problem_set,
+    mismatch,
+    read_normalized,
+)
 
 
 def dataset_specs(datasets_dir: Path = DATASETS_DIR) -> list[DatasetSpec]:
@@ -69,6 +76,16 @@ def check_digest(spec: DatasetSpec, path: Path, digest: str) -> None:
     found = pin_of(spec, path)
     if found is not None and found[1] is not None and digest != found[1]:
         raise mismatch(path, digest, spec, *found)
+
+
+def problems_for(spec: DatasetSpec, data: Path | None = None) -> ProblemSet:
+    """What generation and scoring run on: a normalized file (``--data``), else the spec's default source; either
+    checked against the sha256 the spec pins for it."""
+    if data is None:
+        return load_problem_set(spec)
+    problems = read_normalized(data)
+    check_digest(spec, data, problems.sha256)
+    return problems
 
 
 def check_file(path: Path, specs: list[DatasetSpec] | None = None) -> None:

@@ -1,4 +1,4 @@
-"""Problem sets: load a source (hub or local), normalize to {id, problem, answer}, hash, verify, write verl parquet.
+"""Problem sets: load a source (hub or local), normalize to {id, problem, answer}, hash, verify.
 
 The sha256 of a problem set is over its normalized rows ``{id, problem, answer}`` sorted by id (canonical JSON),
 so it pins exactly what prompts and grading see, whatever file layout it came from.
@@ -22,8 +22,8 @@ from dppo_bench.config.specs import (
     LocalSource,
 )
 from dppo_bench.errors import UserError
-from dppo_bench.eval.extract import last_box
 from dppo_bench.io import read_complete_jsonl
+from dppo_bench.tex import last_box
 
 # JSON escapes that ate a LaTeX backslash: "\f" (form feed) + "rac" was "\frac", "\t" + "riangle" was "\triangle".
 _LOST_BACKSLASH = re.compile(r"\x0c|\x08|[\t\r](?=[a-z])")
@@ -180,12 +180,12 @@ def apply_rule(rule: FieldRule, row: dict, index: int) -> str:
 
 
 def _boxed_answer(solution: str) -> str:
-    """The content of a worked solution's last \\boxed{}, by the suite's own extraction. Its box rule alone: a MATH
+    """The content of a worked solution's last \\boxed{}, by answer extraction's own box rule. That rule alone: a MATH
     solution may go on after the box ("We may check our answer: ..."), which the Answer: rule would take."""
     found = last_box(solution)
     if found is None:
         raise ValueError("has no \\boxed{} answer")
-    return found[1].text
+    return found[1]
 
 
 def normalize(rows: list[dict], fields: Fields, origin: str, dedupe: bool = False) -> tuple[list[Problem], int]:
@@ -270,15 +270,3 @@ def read_normalized(path: Path) -> ProblemSet:
 
 def pinned_hashes(spec: DatasetSpec) -> set[str]:
     return {s.sha256 for s in (spec.sources.hub, spec.sources.local) if s is not None and s.sha256 is not None}
-
-
-def problems_for(spec: DatasetSpec, data: Path | None = None) -> ProblemSet:
-    """What generation and scoring run on: a normalized file (``--data``), else the spec's default source; either
-    checked against the sha256 the spec pins for it (:mod:`dppo_bench.eval.pins`)."""
-    if data is None:
-        return load_problem_set(spec)
-    from dppo_bench.eval.pins import check_digest  # cycle: eval.pins reads problem sets through this module
-
-    problems = read_normalized(data)
-    check_digest(spec, data, problems.sha256)
-    return problems

@@ -11,10 +11,10 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+from dppo_bench.config.prompts import PromptTemplate
 from dppo_bench.config.specs import DatasetSpec
-from dppo_bench.eval.data import DataError, ProblemSet
-from dppo_bench.eval.prompts import PromptTemplate
 from dppo_bench.io import atomic_write, atomic_write_json, atomic_write_text, file_sha256
+from dppo_bench.problem_sets.load import DataError, ProblemSet
 
 
 def verl_rows(spec: DatasetSpec, problems: ProblemSet, template: PromptTemplate) -> list[dict]:
@@ -70,7 +70,7 @@ def prepare(spec: DatasetSpec, problems: ProblemSet, template: PromptTemplate, o
     parquet, problems_file = out_dir / f"{spec.id}.parquet", out_dir / f"{spec.id}.problems.jsonl"
     atomic_write(parquet, lambda f: pq.write_table(table, f))
     atomic_write_text(problems_file, "".join(json.dumps(p.row(), ensure_ascii=False) + "\n" for p in problems.problems))
-    # written last, with the sha256 of both files: what reads the parquet checks it (dppo_bench.eval.pins)
+    # written last, with the sha256 of both files: what reads the parquet checks it (dppo_bench.problem_sets.pins)
     manifest["files"] = {p.name: file_sha256(p) for p in (parquet, problems_file)}
     atomic_write_json(manifest_path, manifest)
     return manifest

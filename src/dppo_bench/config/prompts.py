@@ -47,11 +47,3 @@ class PromptTemplate(Strict):
 
 def load_prompt(prompt_id: str, prompts_dir: Path = PROMPTS_DIR) -> PromptTemplate:
     return load_model(PromptTemplate, locate("prompt template", prompt_id, prompts_dir))
-
-
-def render_chat(tokenizer, messages: list[dict[str, str]]) -> str:
-    """The text a model is prompted with: its chat template when it has one (as verl renders it), else the
-    message contents joined by blank lines (base models without a template)."""
-    if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    return "\n\n".join(m["content"] for m in messages)

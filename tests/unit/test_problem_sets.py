@@ -7,10 +7,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from dppo_bench.cli import main
+from dppo_bench.config.prompts import load_prompt
 from dppo_bench.config.specs import Fields, load_benchmark, load_dataset_spec
-from dppo_bench.eval.data import DataError, HashMismatch, load_problem_set, normalize, problems_for
-from dppo_bench.eval.prepare import prepare
-from dppo_bench.eval.prompts import load_prompt
+from dppo_bench.problem_sets.load import DataError, HashMismatch, load_problem_set, normalize
+from dppo_bench.problem_sets.pins import problems_for
+from dppo_bench.problem_sets.prepare import prepare
 
 pytestmark = pytest.mark.shared_data
 

@@ -9,12 +9,12 @@ import sys
 import pytest
 from snakemake_fixtures import ENV, recipe_root
 
+from dppo_bench.config.prompts import load_prompt
 from dppo_bench.config.roots import ROOT_VARIABLE
 from dppo_bench.config.specs import load_benchmark
-from dppo_bench.eval.data import HashMismatch, load_problem_set, problems_for
-from dppo_bench.eval.pins import check_file, check_present_sources, pin_of
-from dppo_bench.eval.prepare import prepare
-from dppo_bench.eval.prompts import load_prompt
+from dppo_bench.problem_sets.load import HashMismatch, load_problem_set
+from dppo_bench.problem_sets.pins import check_file, check_present_sources, pin_of, problems_for
+from dppo_bench.problem_sets.prepare import prepare
 
 WRONG = "ab" * 32
 
@@ -146,6 +146,6 @@ def test_tiny_data_refuses_a_wrong_pin_before_writing_and_so_do_the_start_checks
     spec.write_text(text)
     assert subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True).returncode == 0
     spec.write_text(text.replace(pinned, WRONG))
-    check = [sys.executable, "-c", "from dppo_bench.config.suite import load_suite; load_suite()"]
+    check = [sys.executable, "-c", "from dppo_bench.start_checks import load_suite; load_suite()"]
     proc = subprocess.run(check, cwd=tmp_path, env=env, capture_output=True, text=True)
     assert proc.returncode != 0 and f"field 'sources.local.sha256' pins {WRONG}" in proc.stderr, proc.stderr
