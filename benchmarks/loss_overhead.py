@@ -24,7 +24,7 @@ import dppo_bench.verl_plugin.entry  # noqa: F401  (registers our modes)
 from dppo_bench.config import load_methods
 from dppo_bench.divergence import topk_divergence
 from dppo_bench.topk import topk_log_probs
-from dppo_bench.verl_plugin.hyperparameters import LOSS_ENV, encode
+from dppo_bench.verl_plugin.contract import LOSS_ENV, encode
 from dppo_bench.verl_plugin.loss_inputs import LossInputs, exposed
 
 

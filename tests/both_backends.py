@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 from dppo_bench.config import find_setting
-from dppo_bench.verl_plugin.run_config import device_env
+from dppo_bench.verl_launch.run_config import device_env
 
 UPDATE_BOTH = r"""
 import json, os, socket, sys, tempfile  # the methods are the arguments
@@ -39,7 +39,7 @@ from dppo_bench.local.model import build_model, load_model, save_model
 from dppo_bench.local.tokenizer import build_tokenizer
 from dppo_bench.local.update import Batch, Loss, update
 from dppo_bench.methods.verl_losses import IN_LOSS, rollout_correction
-from dppo_bench.verl_plugin.hyperparameters import LOSS_ENV, encode
+from dppo_bench.verl_plugin.contract import LOSS_ENV, encode
 
 initialize_global_process_group_ray(timeout_second=60)
 setting = find_setting("tiny_verl_local")

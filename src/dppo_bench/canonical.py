@@ -66,7 +66,7 @@ EVAL_METRIC = re.compile(r"eval/(?P<benchmark>[a-z0-9_]+)/avg@(?P<n>[1-9][0-9]*)
 
 
 # --- the verl backend: verl 0.9.1's logged keys (FileLogger rows) -> canonical names -------------------------------
-# Read by dppo_bench.verl_plugin.records; a key that is not here stays only in the raw attempt logs.
+# Read by dppo_bench.verl_launch.records; a key that is not here stays only in the raw attempt logs.
 VERL_PATCH_PREFIX = "dppo_bench/"  # keys our verl patch (dppo_bench.verl_plugin.mismatch) logs
 
 VERL_KEYS = {

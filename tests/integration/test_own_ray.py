@@ -10,7 +10,7 @@ import sys
 import pytest
 from ray_fixtures import foreign_ray_head
 
-from dppo_bench.verl_plugin import launch as L
+from dppo_bench.verl_launch import launch as L
 
 # verl 0.9.1's main_ppo: ray.init(**config.ray_kwargs.ray_init) with num_cpus set and no address
 DRIVER = (

@@ -20,7 +20,7 @@ from verl_fixtures import write_parquet
 from dppo_bench.config import SETTINGS_DIR, setting_data
 from dppo_bench.config.roots import ROOT_VARIABLE
 from dppo_bench.config.specs import load_any, load_benchmark
-from dppo_bench.verl_plugin.slurm import ray_port
+from dppo_bench.verl_launch.slurm import ray_port
 
 RAY_DRIVER = Path(__file__).with_name("ray_driver.py")
 SETTING, METHOD = "two_node_cpu", "dppo_binary_tv"

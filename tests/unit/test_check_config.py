@@ -1,7 +1,7 @@
 """`dppo-bench methods check-config`: verl's own config composition and checks, on a laptop, for a setting's runs."""
 
 from dppo_bench.cli import main
-from dppo_bench.verl_plugin import run_config
+from dppo_bench.verl_launch import run_config
 
 
 def test_the_papers_methods_compose_into_a_valid_verl_config(capsys):

@@ -17,7 +17,7 @@ from dppo_bench.commands.train import wandb_run
 from dppo_bench.config import find_method, find_setting
 from dppo_bench.config.runs import resolve_run
 from dppo_bench.rundir import RunDir
-from dppo_bench.verl_plugin.run_config import RunPaths, run_overrides
+from dppo_bench.verl_launch.run_config import RunPaths, run_overrides
 
 BLOCK = 32768  # the .wandb file: a 7-byte file header, then LevelDB-style log blocks of chunks of records
 

@@ -20,7 +20,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from snakemake_fixtures import ENV, job_counts, recipe_root, snakemake
 
 from dppo_bench.config.roots import ROOT_VARIABLE
-from dppo_bench.verl_plugin.hyperparameters import LOSS_ENV
+from dppo_bench.verl_plugin.contract import LOSS_ENV
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 NAME = "log_ratio_band"

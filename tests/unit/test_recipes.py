@@ -3,9 +3,9 @@
 import pytest
 
 from dppo_bench.config import ConfigError, load_method, load_methods
-from dppo_bench.verl_plugin.compose import compose_ppo_config, to_dataclasses
-from dppo_bench.verl_plugin.hyperparameters import LOSS_ENV, decode
-from dppo_bench.verl_plugin.overrides import method_overrides
+from dppo_bench.verl_launch.compose import compose_ppo_config, to_dataclasses
+from dppo_bench.verl_launch.overrides import method_overrides
+from dppo_bench.verl_plugin.contract import LOSS_ENV, decode
 
 RECIPES = load_methods()
 

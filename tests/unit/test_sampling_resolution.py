@@ -6,7 +6,7 @@ import argparse
 from dppo_bench.commands.eval import _sampling
 from dppo_bench.config.specs import load_benchmark
 from dppo_bench.eval.protocol import sampling_of
-from dppo_bench.verl_plugin.run_config import val_sampling
+from dppo_bench.verl_launch.run_config import val_sampling
 
 
 def test_a_flag_given_wins_even_a_zero_and_one_not_given_is_the_specs():

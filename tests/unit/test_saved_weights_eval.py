@@ -17,8 +17,8 @@ from dppo_bench.eval.samples import read_samples
 from dppo_bench.local.model import build_model, save_model
 from dppo_bench.local.tokenizer import build_tokenizer
 from dppo_bench.rundir import RunDir
+from dppo_bench.verl_plugin.contract import KEEP_WEIGHTS
 from dppo_bench.verl_plugin.keep_weights import KeepWeights
-from dppo_bench.verl_plugin.run_config import KEEP_WEIGHTS
 
 PROBLEMS = [{"id": "t1", "problem": "2+3=", "answer": "5"}, {"id": "t2", "problem": "4+4=", "answer": "8"}]
 ARCH = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}

@@ -14,8 +14,8 @@ from test_topk_support import result_of, run_python
 
 from dppo_bench.config import find_setting
 from dppo_bench.methods import get_mask
-from dppo_bench.verl_plugin.hyperparameters import LOSS_ENV, encode
-from dppo_bench.verl_plugin.run_config import device_env
+from dppo_bench.verl_launch.run_config import device_env
+from dppo_bench.verl_plugin.contract import LOSS_ENV, encode
 
 ENGINE_CHECK = r"""
 import json, os, sys, tempfile

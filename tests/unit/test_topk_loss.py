@@ -12,7 +12,7 @@ from verl.workers.utils import losses as verl_losses
 
 import dppo_bench.verl_plugin.entry  # noqa: F401  (registers the modes, installs the patches)
 from dppo_bench.methods import get_mask
-from dppo_bench.verl_plugin.hyperparameters import LOSS_ENV, encode
+from dppo_bench.verl_plugin.contract import LOSS_ENV, encode
 from dppo_bench.verl_plugin.loss_inputs import current
 from dppo_bench.verl_plugin.topk.fields import DIVERGENCE_KEYS
 from dppo_bench.verl_plugin.topk.hooks import original_of

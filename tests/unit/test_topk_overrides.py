@@ -3,8 +3,8 @@
 import pytest
 
 from dppo_bench.config import load_methods
-from dppo_bench.verl_plugin.compose import compose_ppo_config, to_dataclasses
-from dppo_bench.verl_plugin.overrides import method_overrides
+from dppo_bench.verl_launch.compose import compose_ppo_config, to_dataclasses
+from dppo_bench.verl_launch.overrides import method_overrides
 from dppo_bench.verl_plugin.topk.fields import rollout_topk_k
 
 RECIPES = load_methods()

@@ -11,7 +11,7 @@ import pytest
 from test_topk_support import result_of, run_python
 
 from dppo_bench.config import find_setting
-from dppo_bench.verl_plugin import run_config
+from dppo_bench.verl_launch import run_config
 
 needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM's CPU build is not installed")
 CPU = {"DPPO_BENCH_VERL_DEVICE": "cpu"}

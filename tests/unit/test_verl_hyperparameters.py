@@ -9,9 +9,10 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from dppo_bench.config import load_methods
 from dppo_bench.methods import get_mask
 from dppo_bench.methods.verl_losses import actor_config
-from dppo_bench.verl_plugin.compose import compose_ppo_config, to_dataclasses
-from dppo_bench.verl_plugin.hyperparameters import LOSS_ENV, ChannelError, current_values, decode, encode, hydra_value
-from dppo_bench.verl_plugin.overrides import method_overrides
+from dppo_bench.verl_launch.compose import compose_ppo_config, to_dataclasses
+from dppo_bench.verl_launch.overrides import hydra_value, method_overrides
+from dppo_bench.verl_plugin.contract import LOSS_ENV, ChannelError, decode, encode
+from dppo_bench.verl_plugin.hyperparameters import current_values
 
 RECIPES = load_methods()
 CASES = [(m, p) for m, recipe in sorted(RECIPES.items()) for p in sorted(recipe.hyperparameters)]

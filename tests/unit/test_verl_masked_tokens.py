@@ -15,7 +15,7 @@ from verl.workers.utils import losses as verl_losses
 from dppo_bench.masked_token_files import read_rank_files, step_file, write_counts
 from dppo_bench.methods.masked_tokens import MaskedTokenCounts
 from dppo_bench.verl_plugin import masked_tokens
-from dppo_bench.verl_plugin.run_config import MASKED_TOKENS_DIR_ENV
+from dppo_bench.verl_plugin.contract import MASKED_TOKENS_DIR_ENV
 
 
 def with_ids(gen, data):

@@ -8,7 +8,8 @@ import verl
 from test_topk_support import result_of, run_python
 
 from dppo_bench.verl_plugin import patches
-from dppo_bench.verl_plugin.patches import PINNED_VERL, VerlVersionError, check_verl_version
+from dppo_bench.verl_plugin.contract import PINNED_VERL
+from dppo_bench.verl_plugin.patches import VerlVersionError, check_verl_version
 from dppo_bench.verl_plugin.topk import fsdp, hooks
 from dppo_bench.verl_plugin.topk.hooks import PatchError, require_parameters, when_imported
 

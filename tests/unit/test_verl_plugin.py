@@ -22,9 +22,9 @@ import dppo_bench.verl_plugin.entry  # noqa: F401  (registers the modes in this 
 from dppo_bench.config import load_methods
 from dppo_bench.methods import get_mask, mask_names
 from dppo_bench.methods.surrogate import LOG_RATIO_BOUND
-from dppo_bench.verl_plugin.hyperparameters import LOSS_ENV, encode
+from dppo_bench.verl_launch.overrides import UNBOUNDED_IS_THRESHOLD, method_overrides
+from dppo_bench.verl_plugin.contract import LOSS_ENV, encode
 from dppo_bench.verl_plugin.loss_inputs import LossInputs, exposed
-from dppo_bench.verl_plugin.overrides import UNBOUNDED_IS_THRESHOLD, method_overrides
 
 RECIPES = load_methods()
 NON_TOPK = sorted(n for n in mask_names() if not get_mask(n).needs_topk)

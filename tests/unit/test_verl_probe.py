@@ -15,9 +15,10 @@ from verl.workers.utils import losses as verl_losses
 from dppo_bench.commands.probe import probe_verl
 from dppo_bench.config import find_setting
 from dppo_bench.probe.tokens import read_tokens
-from dppo_bench.verl_plugin.compose import compose_ppo_config, validate
-from dppo_bench.verl_plugin.probe import PROBE_DIR_ENV, PROBE_METHOD, collect, probe_overrides
-from dppo_bench.verl_plugin.run_config import RunPaths
+from dppo_bench.verl_launch.compose import compose_ppo_config, validate
+from dppo_bench.verl_launch.probe import PROBE_METHOD, collect, probe_overrides
+from dppo_bench.verl_launch.run_config import RunPaths
+from dppo_bench.verl_plugin.contract import PROBE_DIR_ENV
 
 PATHS = RunPaths(
     run_dir=Path("/probe/work"),

@@ -11,9 +11,9 @@ from omegaconf import OmegaConf
 
 from dppo_bench.config import EXPERIMENTS_DIR, find_method, find_setting, load_experiment, setting_paths
 from dppo_bench.config.runs import resolve_run
-from dppo_bench.verl_plugin.compose import compose_ppo_config, validate
-from dppo_bench.verl_plugin.hyperparameters import LOSS_ENV, decode
-from dppo_bench.verl_plugin.run_config import REWARD_FUNCTION, RunPaths, run_overrides
+from dppo_bench.verl_launch.compose import compose_ppo_config, validate
+from dppo_bench.verl_launch.run_config import REWARD_FUNCTION, RunPaths, run_overrides
+from dppo_bench.verl_plugin.contract import LOSS_ENV, decode
 
 SETTINGS = {p.stem: find_setting(p.stem) for p in setting_paths()}
 PATHS = RunPaths(

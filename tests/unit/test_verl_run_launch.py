@@ -19,7 +19,7 @@ from dppo_bench.config.runs import resolve_run
 from dppo_bench.io import file_sha256
 from dppo_bench.rundir import RunDir
 from dppo_bench.verify import verify_run
-from dppo_bench.verl_plugin import launch as L
+from dppo_bench.verl_launch import launch as L
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -18,9 +18,9 @@ from transfer_queue import KVBatchMeta
 from dppo_bench import canonical
 from dppo_bench.config import find_method, find_setting
 from dppo_bench.config.runs import resolve_run
+from dppo_bench.verl_launch.compose import compose_ppo_config
+from dppo_bench.verl_launch.run_config import RunPaths, run_overrides
 from dppo_bench.verl_plugin import mismatch
-from dppo_bench.verl_plugin.compose import compose_ppo_config
-from dppo_bench.verl_plugin.run_config import RunPaths, run_overrides
 from dppo_bench.verl_plugin.topk.hooks import PatchError, is_patched
 
 

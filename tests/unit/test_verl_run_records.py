@@ -8,7 +8,7 @@ from dppo_bench import canonical
 from dppo_bench.config.specs import load_benchmark
 from dppo_bench.io import CorruptFileError
 from dppo_bench.rundir import RunDir
-from dppo_bench.verl_plugin.records import MetricMap, RecordError, apply_attempt, read_file_log
+from dppo_bench.verl_launch.records import MetricMap, RecordError, apply_attempt, read_file_log
 
 
 def write_log(path, rows, tail=b""):

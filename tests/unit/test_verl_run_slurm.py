@@ -4,8 +4,8 @@ import subprocess
 
 import pytest
 
-from dppo_bench.verl_plugin import launch as L
-from dppo_bench.verl_plugin import slurm as S
+from dppo_bench.verl_launch import launch as L
+from dppo_bench.verl_launch import slurm as S
 
 CLUSTER = S.RayCluster(
     head="gpu01", workers=("gpu02", "gpu03"), head_ip="10.1.0.1", gpus_per_node=8, cpus_per_node=64, job_id="4242"

@@ -9,8 +9,8 @@ from verl.workers.config import SamplingConfig
 from dppo_bench.config import find_method, find_setting
 from dppo_bench.config.runs import resolve_run
 from dppo_bench.config.specs import load_benchmark
-from dppo_bench.verl_plugin.compose import compose_ppo_config, validate
-from dppo_bench.verl_plugin.run_config import RunPaths, run_overrides, val_sampling
+from dppo_bench.verl_launch.compose import compose_ppo_config, validate
+from dppo_bench.verl_launch.run_config import RunPaths, run_overrides, val_sampling
 
 PATHS = RunPaths(
     run_dir=Path("/runs/r"),

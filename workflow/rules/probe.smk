@@ -22,7 +22,7 @@ rule probe_mismatch_local:
         " --train-data {input.train} > {log} 2>&1"
 
 
-# Verl settings: a one-step run of verl's trainer on the setting's cluster shape (dppo_bench.verl_plugin.probe),
+# Verl settings: a one-step run of verl's trainer on the setting's cluster shape (dppo_bench.verl_launch.probe),
 # under the probe's time limit (dppo_bench.plan.PROBE_RUNTIME_MIN, the one `dppo-bench plan` budgets). On the CPU
 # (verl.device: cpu) here; on GPUs as probe_mismatch_gpu, to which the cluster profile gives its GPU partition.
 rule probe_mismatch_verl:

@@ -1,7 +1,7 @@
 # One training run per (setting, method, seed), by the setting's backend: in-process on the CPU (local) or verl's
 # trainer through Ray (verl); inputs, threads and resources come from the backend (common.smk). The marker is
 # protected and written last: a crashed run leaves its checkpoints (and verl's records), and the rerun resumes from
-# the last one (verl: dppo_bench.verl_plugin.launch).
+# the last one (verl: dppo_bench.verl_launch.launch).
 
 
 # Runs on the CPU: the local backend, and verl with verl.device: cpu (its nodes, time limit and, across nodes, the

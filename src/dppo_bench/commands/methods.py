@@ -9,7 +9,7 @@ from dppo_bench.config import find_method, find_setting, load_methods
 from dppo_bench.config.runs import resolve_run
 from dppo_bench.errors import UserError
 from dppo_bench.methods import mask_names
-from dppo_bench.verl_plugin.overrides import method_overrides
+from dppo_bench.verl_launch.overrides import method_overrides
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -59,8 +59,8 @@ def check_verl(args: argparse.Namespace) -> int:
 
 def check_config(args: argparse.Namespace) -> int:
     # heavy: verl's Hydra config and the run config (torch), for this command only
-    from dppo_bench.verl_plugin.compose import compose_ppo_config, validate
-    from dppo_bench.verl_plugin.run_config import RunPaths, run_overrides
+    from dppo_bench.verl_launch.compose import compose_ppo_config, validate
+    from dppo_bench.verl_launch.run_config import RunPaths, run_overrides
 
     setting = find_setting(args.setting)
     if setting.backend != "verl":

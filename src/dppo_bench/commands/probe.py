@@ -46,13 +46,13 @@ def probe_mismatch(args: argparse.Namespace) -> int:
 
 
 def probe_verl(args: argparse.Namespace, setting, *, trainer=None) -> int:
-    """One-step probe run of verl's trainer (dppo_bench.verl_plugin.probe) in ``<out>.work/``, then the record."""
+    """One-step probe run of verl's trainer (dppo_bench.verl_launch.probe) in ``<out>.work/``, then the record."""
     import shutil
 
     # heavy: the verl launcher and its run config import torch, which the CLI's other commands skip
-    from dppo_bench.verl_plugin.launch import parse_command, run_trainer
-    from dppo_bench.verl_plugin.probe import PROBE_METHOD, collect, probe_overrides, probe_setting
-    from dppo_bench.verl_plugin.run_config import RunPaths
+    from dppo_bench.verl_launch.launch import parse_command, run_trainer
+    from dppo_bench.verl_launch.probe import PROBE_METHOD, collect, probe_overrides, probe_setting
+    from dppo_bench.verl_launch.run_config import RunPaths
 
     if args.train_data is None or not args.val_data:
         raise UserError("a verl-backend probe needs --train-data (parquet) and --val-data (the setting's parquets)")

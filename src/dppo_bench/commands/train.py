@@ -1,7 +1,7 @@
 """``dppo-bench train``: one training run (setting x method x seed) into its run directory.
 
 The setting's backend decides how: ``local`` trains in this process (dppo_bench.local), ``verl`` runs verl's
-trainer with the run's overrides (dppo_bench.verl_plugin.launch). Either resumes from its last checkpoint.
+trainer with the run's overrides (dppo_bench.verl_launch.launch). Either resumes from its last checkpoint.
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ def train_local(args: argparse.Namespace, resolved) -> int:
 
 
 def train_verl(args: argparse.Namespace, resolved) -> int:
-    from dppo_bench.verl_plugin.launch import VerlRun, launch, parse_command  # heavy: torch, for this backend only
+    from dppo_bench.verl_launch.launch import VerlRun, launch, parse_command  # heavy: torch, for this backend only
 
     if args.train_data is None or not args.val_data:
         raise UserError(

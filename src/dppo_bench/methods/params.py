@@ -3,7 +3,7 @@
 A rule (:mod:`dppo_bench.methods.registry`) or one of verl's own loss modes (:mod:`dppo_bench.methods.verl_losses`)
 declares a tuple of :class:`Param`; everything else derives from it: recipe validation (:func:`validate_values`, the
 errors naming the field), the encoding that carries the values to verl's workers and its decoding inside the loss
-(:mod:`dppo_bench.verl_plugin.hyperparameters`, which validates again with the same function), and the local
+(:mod:`dppo_bench.verl_plugin.contract`, which validates again with the same function), and the local
 trainer, which reads the same :class:`Values`.
 
 Torch-free: the config layer validates recipes without it.

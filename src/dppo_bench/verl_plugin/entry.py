@@ -12,7 +12,7 @@ every node: the rule is registered wherever verl looks its loss mode up.
 
 Fallback where entry points are disabled or the package is not installed in the workers' environment:
 ``VERL_USE_EXTERNAL_MODULES=dppo_bench.verl_plugin.entry`` (verl imports the listed modules on ``import verl``),
-which the launcher also forwards to Ray workers (:data:`dppo_bench.verl_plugin.run_config.PLUGIN_MODULE`).
+which the launcher also forwards to Ray workers (:data:`dppo_bench.verl_plugin.contract.PLUGIN_MODULE`).
 """
 
 from __future__ import annotations

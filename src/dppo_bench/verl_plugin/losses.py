@@ -1,7 +1,7 @@
 """Our mask rules as verl 0.9.1 policy losses, with verl's loss signature.
 
 verl passes the trust-region anchor as ``old_log_prob``. Which anchor that is depends on the
-mode the run was configured in (see :mod:`dppo_bench.verl_plugin.overrides`):
+mode the run was configured in (see :mod:`dppo_bench.verl_launch.overrides`):
 
 * bypass mode (rollout anchor): ``old_log_prob`` is mu itself and ``rollout_is_weights`` is
   None;

@@ -12,7 +12,7 @@ verl's loss metrics are scalars averaged over micro-batches, so the counts trave
 Ranks of one data-parallel rank (tensor or sequence parallel) see the same tokens: the reader keeps one file per
 data-parallel rank and sums over them. A resumed run recomputes a step into the same file names (resumption needs
 the same world size), so a step is never counted twice. Set the directory with
-:func:`dppo_bench.verl_plugin.run_config.run_overrides`; without it nothing is collected.
+:func:`dppo_bench.verl_launch.run_config.run_overrides`; without it nothing is collected.
 """
 
 from __future__ import annotations
@@ -25,10 +25,9 @@ import torch
 
 from dppo_bench.masked_token_files import step_file, write_counts
 from dppo_bench.methods.masked_tokens import MaskedTokenCounts
-from dppo_bench.verl_plugin.run_config import MASKED_TOKENS_DIR_ENV
+from dppo_bench.verl_plugin.contract import MASKED_TOKENS_DIR_ENV
 from dppo_bench.verl_plugin.topk.hooks import wrap
 
-DIR_ENV = MASKED_TOKENS_DIR_ENV
 STEP_KEY = "dppo_bench_step"  # in the batch's extra_info
 TRAINER_MODULE = "verl.trainer.ppo.v1.trainer_base"
 WORKER_MODULE = "verl.workers.engine_workers"
@@ -52,7 +51,7 @@ def _counting(original):
     def train_mini_batch(self, data):
         from verl.utils import tensordict_utils as tu
 
-        root, step = os.environ.get(DIR_ENV), tu.get_non_tensor_data(data, key=STEP_KEY, default=None)
+        root, step = os.environ.get(MASKED_TOKENS_DIR_ENV), tu.get_non_tensor_data(data, key=STEP_KEY, default=None)
         if not root or step is None:
             return original(self, data)
         counter = MaskedTokenCounts()

@@ -7,7 +7,7 @@ mode (the rollout-anchored methods) it copies mu into ``old_log_probs`` and make
 logs nothing. This module patches ``PPOTrainer._compute_old_log_prob``:
 
 * bypass mode, every ``mismatch_every`` steps (``actor_rollout_ref.rollout.custom.dppo_bench_mismatch_every``,
-  set from the setting by :mod:`dppo_bench.verl_plugin.run_config`; absent or 0 = never): after verl's own code,
+  set from the setting by :mod:`dppo_bench.verl_launch.run_config`; absent or 0 = never): after verl's own code,
   one more call of the actor's log-prob pass on the batch, exactly the call decoupled mode makes, whose result is
   *not* written to ``old_log_probs`` (they stay mu); the entropy it returns is stored as decoupled mode stores it;
 * decoupled mode, on the same steps: the statistics from the recomputed ``old_log_probs`` verl already holds
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dppo_bench.canonical import VERL_PATCH_PREFIX
 from dppo_bench.mismatch import entropy_mean, mismatch_stats
-from dppo_bench.verl_plugin.run_config import MISMATCH_EVERY_KEY
+from dppo_bench.verl_plugin.contract import MISMATCH_EVERY_KEY
 from dppo_bench.verl_plugin.topk.hooks import wrap
 
 TRAINER_MODULE = "verl.trainer.ppo.v1.trainer_base"

@@ -10,11 +10,9 @@ the same message. Importing this module patches nothing.
 from __future__ import annotations
 
 from dppo_bench.verl_plugin import masked_tokens, mismatch
-from dppo_bench.verl_plugin.run_config import cpu_requested
+from dppo_bench.verl_plugin.contract import PINNED_VERL, cpu_requested
 from dppo_bench.verl_plugin.topk import agent_loop, fsdp, loss, megatron, rollout
 from dppo_bench.verl_plugin.topk.hooks import Patch, when_imported
-
-PINNED_VERL = "0.9.1"
 
 # (module, the patch applied to it once it is imported), in order
 PATCHES: tuple[tuple[str, Patch], ...] = (

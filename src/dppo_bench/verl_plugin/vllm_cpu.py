@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from dppo_bench.verl_plugin.run_config import cpu_requested
+from dppo_bench.verl_plugin.contract import cpu_requested
 from dppo_bench.verl_plugin.topk.hooks import wrap
 
 

@@ -2,7 +2,8 @@
 
 One module per job:
 
-* :mod:`.fields`: names of the tensors and of the config key carrying K;
+* :mod:`.fields`: names of the tensors, and K read from the rollout config (its key is in
+  :mod:`dppo_bench.verl_plugin.contract`);
 * :mod:`.rollout`: the vLLM server returns mu's kept set (top-K, sampled token forced in);
 * :mod:`.agent_loop`: the kept set is aligned like ``rollout_log_probs`` and put in the batch;
 * :mod:`.layout`: response rows -> the packed sequence layout of the logits, Ulysses slicing;

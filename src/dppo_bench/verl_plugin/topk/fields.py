@@ -1,7 +1,8 @@
 """Names and config of the Top-K plumbing, shared by the rollout, the agent loop and the trainer.
 
 K travels through verl's own extension point ``actor_rollout_ref.rollout.custom`` (a free dict
-of ``RolloutConfig``, "Extension point for custom configurations"): verl rejects unknown keys
+of ``RolloutConfig``, "Extension point for custom configurations"), under the key the launcher
+sets (:data:`dppo_bench.verl_plugin.contract.TOPK_K_KEY`): verl rejects unknown keys
 everywhere else. Every process that needs K reads it from the rollout config it already has:
 the vLLM server (``self.config``) and the agent loop (``self.rollout_config``). The trainer
 never needs K: it reads the width of the tensors it receives.
@@ -11,8 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-CUSTOM_KEY = "dppo_topk_k"  # actor_rollout_ref.rollout.custom.dppo_topk_k = K
-VLLM_DEFAULT_MAX_LOGPROBS = 20  # vLLM rejects logprobs > max_logprobs (engine arg, default 20)
+from dppo_bench.verl_plugin.contract import TOPK_K_KEY
 
 # Per response token, mu's kept set (top-K of mu with the sampled token forced in), aligned
 # like verl's ``rollout_log_probs``: row j belongs to response token j.
@@ -30,9 +30,9 @@ def rollout_topk_k(rollout_config: Mapping) -> int | None:
     custom = rollout_config.get("custom")
     if not custom:
         return None
-    k = custom.get(CUSTOM_KEY)
+    k = custom.get(TOPK_K_KEY)
     if k is None:
         return None
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"actor_rollout_ref.rollout.custom.{CUSTOM_KEY} must be a positive integer, got {k!r}")
+        raise ValueError(f"actor_rollout_ref.rollout.custom.{TOPK_K_KEY} must be a positive integer, got {k!r}")
     return k

@@ -20,9 +20,10 @@ from types import ModuleType
 import torch
 
 from dppo_bench.methods import MaskRule, get_mask
+from dppo_bench.verl_plugin.contract import PROBE_DIR_ENV
 from dppo_bench.verl_plugin.loss_inputs import LossInputs, exposed
 from dppo_bench.verl_plugin.masked_tokens import current_counter
-from dppo_bench.verl_plugin.probe import PROBE_DIR_ENV, dump_if_probing
+from dppo_bench.verl_plugin.probe_dump import dump_if_probing
 from dppo_bench.verl_plugin.topk.fields import DIVERGENCE_KEYS, TOPK_LOGPROBS
 from dppo_bench.verl_plugin.topk.hooks import wrap
 from dppo_bench.verl_plugin.topk.layout import response_rows, sequence_lengths
@@ -83,7 +84,7 @@ def _padded(data, key: str) -> torch.Tensor:
 
 
 def _probe_dump(model_output, data, topk: torch.Tensor) -> None:
-    """Fig. 2's probe run (dppo_bench.verl_plugin.probe) writes this call's tokens; any other run returns at once."""
+    """Fig. 2's probe run (dppo_bench.verl_launch.probe) writes this call's tokens; any other run returns at once."""
     import os
 
     if not os.environ.get(PROBE_DIR_ENV):

@@ -31,7 +31,8 @@ import numpy as np
 import torch
 
 from dppo_bench.divergence import kept_token_set
-from dppo_bench.verl_plugin.topk.fields import CUSTOM_KEY, RAW_KEY, VLLM_DEFAULT_MAX_LOGPROBS, rollout_topk_k
+from dppo_bench.verl_plugin.contract import TOPK_K_KEY, VLLM_DEFAULT_MAX_LOGPROBS
+from dppo_bench.verl_plugin.topk.fields import RAW_KEY, rollout_topk_k
 from dppo_bench.verl_plugin.topk.hooks import wrap
 
 # Reached only through the two functions below, never named in a wrapper: a wrapper serialised by value (Ray
@@ -100,7 +101,7 @@ def check_request(k: int, rollout_config: Mapping, sampling_params: Mapping) -> 
     limit = VLLM_DEFAULT_MAX_LOGPROBS if max_logprobs is None else int(max_logprobs)
     if k > limit:
         raise ValueError(
-            f"top-K: custom.{CUSTOM_KEY}={k} exceeds vLLM's max_logprobs={limit}; set "
+            f"top-K: custom.{TOPK_K_KEY}={k} exceeds vLLM's max_logprobs={limit}; set "
             f"++actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs={k}"
         )
     if not sampling_params.get("logprobs"):

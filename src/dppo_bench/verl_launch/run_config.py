@@ -7,7 +7,6 @@ with verl's own Hydra config and dataclasses on CPU, so a bad key fails here and
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,25 +15,20 @@ from dppo_bench.config.runs import ResolvedRun
 from dppo_bench.errors import UserError
 from dppo_bench.eval.protocol import sampling_of
 from dppo_bench.rundir import WANDB_PROJECT, RunDir, experiment_name
-from dppo_bench.verl_plugin.hyperparameters import RAY_ENV_VARS
-from dppo_bench.verl_plugin.overrides import ACTOR, method_overrides
+from dppo_bench.verl_launch.overrides import ACTOR, method_overrides
+from dppo_bench.verl_plugin.contract import (
+    CPU_SWITCH,
+    KEEP_WEIGHTS,
+    MASKED_TOKENS_DIR_ENV,
+    MISMATCH_EVERY_KEY,
+    PLUGIN_MODULE,
+    RAY_ENV_VARS,
+)
 
 ROLLOUT = "actor_rollout_ref.rollout"
 MODEL = "actor_rollout_ref.model"
 ENV = RAY_ENV_VARS
 REWARD_FUNCTION = Path(__file__).resolve().parents[1] / "eval" / "verl_reward.py"
-MISMATCH_EVERY_KEY = "dppo_bench_mismatch_every"  # in rollout.custom, verl's free extension dict
-PLUGIN_MODULE = "dppo_bench.verl_plugin.entry"  # the plugin's entry point (pyproject.toml), for Ray workers
-KEEP_WEIGHTS = "dppo_bench.verl_plugin.keep_weights.KeepWeights"  # verl's checkpoint callback (imports verl)
-CPU_SWITCH = "DPPO_BENCH_VERL_DEVICE"  # =cpu: the plugin makes verl run on the CPU (dppo_bench.verl_plugin.cpu)
-
-
-def cpu_requested() -> bool:
-    """Whether this process runs verl on the CPU (the switch in its environment: see :func:`device_env`)."""
-    return os.environ.get(CPU_SWITCH, "").strip().lower() == "cpu"
-
-
-MASKED_TOKENS_DIR_ENV = "DPPO_BENCH_MASKED_TOKENS_DIR"  # read by dppo_bench.verl_plugin.masked_tokens
 
 
 @dataclass(frozen=True)
@@ -44,7 +38,7 @@ class RunPaths:
     run_dir: Path
     train_file: Path  # the prepared training parquet
     val_files: tuple[Path, ...]  # one prepared parquet per online benchmark
-    metrics_log: Path  # verl's FileLogger output for this attempt (see dppo_bench.verl_plugin.records)
+    metrics_log: Path  # verl's FileLogger output for this attempt (see dppo_bench.verl_launch.records)
     model: Path | None = None  # a local snapshot of the setting's model at its pinned revision (None: the hub id)
 
     @property

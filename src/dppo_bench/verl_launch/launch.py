@@ -8,8 +8,8 @@ An *attempt* is one start of verl's trainer. Each attempt
 3. records itself in run.json (the exact overrides, verl version, model, data, nodes and GPUs, the SLURM job)
    *before* verl starts, with its own FileLogger file ``RUN_DIR/verl_logs/attempt-<k>.jsonl``;
 4. runs the trainer: here when the setting fits on one node (verl starts its own Ray), or across the nodes of the
-   SLURM allocation with a Ray cluster built for it (:mod:`dppo_bench.verl_plugin.slurm`);
-5. folds the attempt's rows into metrics.jsonl (:mod:`dppo_bench.verl_plugin.records`), also when verl crashed or
+   SLURM allocation with a Ray cluster built for it (:mod:`dppo_bench.verl_launch.slurm`);
+5. folds the attempt's rows into metrics.jsonl (:mod:`dppo_bench.verl_launch.records`), also when verl crashed or
    the launcher was signalled; an attempt whose fold never ran (the launcher was killed) is folded by the next one
    before it starts;
 6. writes ``train.completed`` only when verl exited 0 having logged the setting's last step.
@@ -40,10 +40,10 @@ from dppo_bench.io import file_sha256
 from dppo_bench.provenance import now
 from dppo_bench.rundir import RunDir, run_name
 from dppo_bench.runlock import run_lock
-from dppo_bench.verl_plugin.patches import PINNED_VERL
-from dppo_bench.verl_plugin.records import MetricMap, apply_attempt
-from dppo_bench.verl_plugin.run_config import PLUGIN_MODULE, RunPaths, device_env, run_overrides
-from dppo_bench.verl_plugin.slurm import ClusterError, RayOnSlurm, SlurmJob, driver_command, plan_cluster
+from dppo_bench.verl_launch.records import MetricMap, apply_attempt
+from dppo_bench.verl_launch.run_config import RunPaths, device_env, run_overrides
+from dppo_bench.verl_launch.slurm import ClusterError, RayOnSlurm, SlurmJob, driver_command, plan_cluster
+from dppo_bench.verl_plugin.contract import PINNED_VERL, PLUGIN_MODULE
 
 MAIN_PPO = (sys.executable, "-m", "verl.trainer.main_ppo")
 TRACKER = "latest_checkpointed_iteration.txt"  # verl.utils.checkpoint.checkpoint_manager's tracker file

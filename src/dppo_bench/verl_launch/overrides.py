@@ -1,6 +1,6 @@
 """The one place that turns a method recipe into verl 0.9.1 config overrides.
 
-A rule of ours sends its hyperparameters through our channel (:mod:`dppo_bench.verl_plugin.hyperparameters`) and
+A rule of ours sends its hyperparameters through our channel (:mod:`dppo_bench.verl_plugin.contract`) and
 sets no verl key of the loss but its name: verl's keys are overloaded (``clip_ratio_*`` is a ratio for PPO and a
 divergence threshold for DPPO), so they carry nothing of ours. A recipe of verl's own loss mode sets exactly the
 keys its declaration names (:mod:`dppo_bench.methods.verl_losses`), with verl's meaning. Tests pin the result.
@@ -8,12 +8,15 @@ keys its declaration names (:mod:`dppo_bench.methods.verl_losses`), with verl's 
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from dppo_bench.config import MethodRecipe
 from dppo_bench.errors import UserError
 from dppo_bench.methods.params import Anchor, Values
+from dppo_bench.methods.registry import MaskRule
 from dppo_bench.methods.verl_losses import IN_LOSS, VerlLoss
-from dppo_bench.verl_plugin.hyperparameters import channel_override, hydra_value
-from dppo_bench.verl_plugin.topk.fields import CUSTOM_KEY, VLLM_DEFAULT_MAX_LOGPROBS
+from dppo_bench.verl_plugin.contract import LOSS_ENV, RAY_ENV_VARS, TOPK_K_KEY, VLLM_DEFAULT_MAX_LOGPROBS, encode
 
 ACTOR = "actor_rollout_ref.actor"
 ROLLOUT_CORRECTION = "algorithm.rollout_correction"
@@ -80,10 +83,27 @@ def topk_overrides(k: int) -> list[str]:
     if k < 1:
         raise UserError(f"top-K needs K >= 1, got {k}")
     overrides = [
-        f"++actor_rollout_ref.rollout.custom.{CUSTOM_KEY}={k}",
+        f"++actor_rollout_ref.rollout.custom.{TOPK_K_KEY}={k}",
         "actor_rollout_ref.model.use_fused_kernels=False",
         "trainer.use_v1=True",
     ]
     if k > VLLM_DEFAULT_MAX_LOGPROBS:
         overrides.append(f"++actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs={k}")
     return overrides
+
+
+def channel_override(rule: MaskRule, values: Values) -> str:
+    """The Hydra override that puts the hyperparameter channel into Ray's runtime environment."""
+    return f"{RAY_ENV_VARS}.{LOSS_ENV}={hydra_value(encode(rule, values))}"
+
+
+def hydra_value(value: Any) -> str:
+    """A value as a Hydra override writes it: null, true/false, a number, or a quoted string."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):  # Hydra unescapes backslashes only before a quote and at the end of a quoted string
+        quoted = re.sub(r"(\\*)'", lambda m: m[1] * 2 + "\\'", value)
+        return "'" + re.sub(r"(\\+)$", lambda m: m[1] * 2, quoted) + "'"
+    return repr(value)

@@ -5,28 +5,23 @@ mini-batch, so every micro-batch's trainer forward in that step happens before i
 rollout's parameters theta'. In bypass mode verl hands the loss mu as ``old_log_probs``, the forward gives
 pi(theta') and the engine's Top-K patch the TV over mu's top-20 plus the rest (the only part of mu vLLM returns);
 the patched ``ppo_loss`` (:mod:`dppo_bench.verl_plugin.topk.loss`) writes the three per response token when
-``DPPO_BENCH_PROBE_DIR`` is set, one file per call and process. After the run, :func:`collect` joins them into the
-record both backends write (:mod:`dppo_bench.probe.tokens`). No checkpoint is saved and nothing is validated.
+``DPPO_BENCH_PROBE_DIR`` is set, one file per call and process (:mod:`dppo_bench.verl_plugin.probe_dump`). After the
+run, :func:`collect` joins them into the record both backends write (:mod:`dppo_bench.probe.tokens`). No checkpoint
+is saved and nothing is validated.
 """
 
 from __future__ import annotations
 
-import itertools
-import os
-import socket
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from dppo_bench.config import Setting, find_method
 from dppo_bench.config.runs import resolve_run
-from dppo_bench.io import atomic_write
-from dppo_bench.verl_plugin.run_config import ENV, RunPaths, run_overrides
+from dppo_bench.verl_launch.run_config import ENV, RunPaths, run_overrides
+from dppo_bench.verl_plugin.contract import PROBE_DIR_ENV, PROBE_FILE_PREFIX
 
-PROBE_DIR_ENV = "DPPO_BENCH_PROBE_DIR"
 PROBE_METHOD = "dppo_topk_tv"  # bypass mode (mu as old_log_probs) with the engine's top-K TV per token
-_calls = itertools.count()
 
 
 def probe_setting(setting: Setting) -> Setting:
@@ -47,25 +42,9 @@ def probe_overrides(setting: Setting, paths: RunPaths, dump_dir: Path, seed: int
     ]
 
 
-@torch.no_grad()
-def dump_if_probing(log_prob: torch.Tensor, mu_log_prob: torch.Tensor, tv: torch.Tensor, mask: torch.Tensor) -> None:
-    """In a probe run, write this call's response tokens: mu, pi and the top-K TV (padded (batch, len) tensors)."""
-    dump_dir = os.environ.get(PROBE_DIR_ENV)
-    if not dump_dir:
-        return
-    valid = mask.bool()
-    arrays = {
-        "mu": mu_log_prob.detach().float()[valid].exp(),
-        "pi": log_prob.detach().float()[valid].exp(),
-        "tv": tv.detach().float()[valid],
-    }
-    path = Path(dump_dir) / f"tokens-{socket.gethostname()}-{os.getpid()}-{next(_calls)}.npz"
-    atomic_write(path, lambda f: np.savez(f, **{k: v.cpu().numpy() for k, v in arrays.items()}))
-
-
 def collect(dump_dir: Path) -> dict[str, np.ndarray]:
     """The tokens of every dumped call, joined (in file-name order, so the result does not depend on listing)."""
-    files = sorted(dump_dir.glob("tokens-*.npz"))
+    files = sorted(dump_dir.glob(f"{PROBE_FILE_PREFIX}*.npz"))
     if not files:
         raise FileNotFoundError(f"{dump_dir}: the probe run dumped no tokens (was {PROBE_METHOD} run in bypass mode?)")
     parts = [np.load(f) for f in files]
