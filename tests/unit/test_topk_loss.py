@@ -58,9 +58,13 @@ def inputs(gen):
 
 
 @pytest.fixture(autouse=True)
-def restore_channel(monkeypatch):
-    """Each test's channel (set by ``config``) ends with the test."""
-    monkeypatch.delenv(LOSS_ENV, raising=False)
+def restore_channel():
+    """Each test's channel (set by ``config``) ends with the test, whether or not one was set before it."""
+    before = os.environ.pop(LOSS_ENV, None)
+    yield
+    os.environ.pop(LOSS_ENV, None)
+    if before is not None:
+        os.environ[LOSS_ENV] = before
 
 
 def config(mode, cap=1e4):
