@@ -144,6 +144,6 @@ def test_a_smoothed_peak_is_the_curves_not_its_noise():
 
 
 def test_a_bar_in_a_column_title_stays_inside_its_markdown_cell():
-    from dppo_bench.aggregate.tables import _markdown_row
+    from dppo_bench.aggregate.tables import markdown_row
 
-    assert _markdown_row(["|π − μ| end", "0.1"]) == "| \\|π − μ\\| end | 0.1 |"
+    assert markdown_row(["|π − μ| end", "0.1"]) == "| \\|π − μ\\| end | 0.1 |"

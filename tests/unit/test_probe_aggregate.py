@@ -38,6 +38,7 @@ def test_probe_table_gives_the_ratio_and_tv_quantiles_per_mu_bin(tmp_path):
     assert (out / "figure.png").stat().st_size > 0 and (out / "figure.pdf").stat().st_size > 0
     md = (out / "table.md").read_text()
     assert "| [0, 0.01) | 101 |" in md.replace("tiny_sanity | ", "")
+    assert "| setting | rollout | mean \\|π − μ\\| | \\|log π/μ\\| q99 |" in md  # a bar in a title stays in its cell
     # the summary line of each setting: mean |pi - mu| = mean over tokens of mu * |spread - 1| (rare tokens only)
     gap = float(np.mean(np.abs(pi - mu)))
     log_ratio = np.abs(np.log(spread))

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from dppo_bench.aggregate.figures import save_figure
-from dppo_bench.aggregate.tables import write_tables
+from dppo_bench.aggregate.tables import markdown_row, write_tables
 from dppo_bench.config import Experiment, find_setting
 from dppo_bench.errors import UserError
 from dppo_bench.probe.tokens import MismatchTokens, read_tokens
@@ -82,12 +82,12 @@ def to_markdown(experiment: Experiment, records: dict[str, MismatchTokens], rows
         lines.append(f"- {setting}: {tokens.mu.size} tokens; TV over {tokens.meta.get('tv_over', 'unrecorded')}")
     sums = {setting: summary(tokens) for setting, tokens in records.items()}
     names = list(next(iter(sums.values()))) if sums else []
-    lines += ["", "| setting | rollout | " + " | ".join(names) + " |", "|" + "---|" * (len(names) + 2)]
+    lines += ["", markdown_row(["setting", "rollout", *names]), "|" + "---|" * (len(names) + 2)]
     for setting, values in sums.items():
         rollout = records[setting].meta.get("rollout", "-")
-        lines.append(f"| {setting} | {rollout} | " + " | ".join(_cell(v) for v in values.values()) + " |")
-    lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(_cell(row[h]) for h in head) + " |" for row in rows]
+        lines.append(markdown_row([setting, rollout, *(_cell(v) for v in values.values())]))
+    lines += ["", markdown_row(head), "|" + "---|" * len(head)]
+    lines += [markdown_row([_cell(row[h]) for h in head]) for row in rows]
     return "\n".join(lines) + "\n"
 
 

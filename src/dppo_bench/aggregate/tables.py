@@ -91,7 +91,7 @@ def _cell(row: dict, title: str, missing: str) -> str:
     return f"{value:.4g}" if abs(value) < 1e4 else f"{value:.3e}"
 
 
-def _markdown_row(cells: list[str]) -> str:
+def markdown_row(cells: list[str]) -> str:
     """One table row; a "|" inside a cell (|π − μ|) is escaped, or it would end the cell."""
     return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
 
@@ -99,11 +99,11 @@ def _markdown_row(cells: list[str]) -> str:
 def to_markdown(experiment: Experiment, rows: list[dict]) -> str:
     titles = value_titles(experiment, rows)
     head = ["run", "seeds", "status", *titles]
-    lines = [f"# {experiment.title} [{experiment.paper_item}]", "", _markdown_row(head)]
+    lines = [f"# {experiment.title} [{experiment.paper_item}]", "", markdown_row(head)]
     lines.append("|" + "---|" * len(head))
     for row in rows:
         lines.append(
-            _markdown_row([row["run"], row["seeds"] or "-", row["status"], *(_cell(row, t, "missing") for t in titles)])
+            markdown_row([row["run"], row["seeds"] or "-", row["status"], *(_cell(row, t, "missing") for t in titles)])
         )
     items = sorted({item for row in rows for item in row["paper_items"]})
     if items:
