@@ -54,6 +54,8 @@ def test_paired_differences_and_their_interval(tmp_path):
     assert row["band"] == pytest.approx((0.5, 0.7))
     md = to_markdown([row])
     assert "| DPPO - PG-IS | 0,1,2 | 0.783 (0.700, 0.700, 0.950) | 0.600 (0.500, 0.600, 0.700) | [0.500, 0.700]" in md
+    bar = to_markdown([{**row, "contrast": "|π − μ| end − start"}])
+    assert "| \\|π − μ\\| end − start | 0,1,2 |" in bar  # a bar in a title stays inside its cell
 
 
 def test_an_unpaired_seed_is_left_out_and_one_seed_has_no_interval(tmp_path):

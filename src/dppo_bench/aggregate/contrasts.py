@@ -14,6 +14,7 @@ import mpmath  # torch's own dependency (through sympy): Student's t quantile
 
 from dppo_bench.aggregate.collect import Run
 from dppo_bench.aggregate.series import series_stat
+from dppo_bench.aggregate.tables import markdown_row
 from dppo_bench.config.experiments import Contrast, Curve, Experiment
 
 LEVEL = 0.95
@@ -107,8 +108,8 @@ def to_markdown(rows: list[dict]) -> str:
         "",
         "## Contrasts (run minus control, paired by seed; t-interval over the seeds; band: the control's seed range)",
         "",
-        "| " + " | ".join(HEAD) + " |",
+        markdown_row(HEAD),
         "|" + "---|" * len(HEAD),
     ]
-    lines += ["| " + " | ".join(contrast_cells(row)) + " |" for row in rows]
+    lines += [markdown_row(contrast_cells(row)) for row in rows]
     return "\n".join(lines) + "\n"
