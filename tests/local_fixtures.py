@@ -12,6 +12,16 @@ from dppo_bench.local.pretrain import task_config
 from dppo_bench.local.task import make_splits, write_jsonl
 from dppo_bench.local.tokenizer import build_tokenizer
 
+# A two-layer model of the local backend's architecture, for tests that need a policy but no pretraining
+TINY_ARCH = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+)
+
 
 def write_setting(tmp: Path, name: str = "tiny_test", **train_overrides) -> Path:
     """tiny_smoke's values, written out as one self-contained setting file."""

@@ -3,6 +3,7 @@ mismatch they cause at equal parameters."""
 
 import pytest
 import torch
+from local_fixtures import TINY_ARCH
 
 from dppo_bench.config import RolloutFormat
 from dppo_bench.local.formats import (
@@ -15,15 +16,6 @@ from dppo_bench.local.formats import (
 )
 from dppo_bench.local.model import build_model
 from dppo_bench.local.tokenizer import build_tokenizer
-
-ARCH = dict(
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    num_key_value_heads=2,
-    max_position_embeddings=64,
-)
 
 
 def test_int4_and_int8_round_to_a_per_row_grid():
@@ -59,7 +51,7 @@ def test_bf16_and_fp32_weights():
 
 def test_the_format_reaches_linear_layers_and_the_head_only_when_asked():
     tok = build_tokenizer()
-    policy = build_model(ARCH, tok, seed=0)
+    policy = build_model(TINY_ARCH, tok, seed=0)
     params = dict(policy.named_parameters())
     linear, embed, norm = "model.layers.0.mlp.up_proj.weight", "model.embed_tokens.weight", "model.norm.weight"
     with torch.no_grad():
@@ -80,7 +72,7 @@ def test_the_format_reaches_linear_layers_and_the_head_only_when_asked():
 
 def test_fp8_activations_quantise_the_inputs_of_linear_layers():
     tok = build_tokenizer()
-    policy = build_model(ARCH, tok, seed=0).eval()
+    policy = build_model(TINY_ARCH, tok, seed=0).eval()
     ids = torch.tensor([[1, 5, 7, 9, 11]])
     seen = []
     fmt = RolloutFormat(weights="fp8_e4m3_tensor", activations="fp8_e4m3")
@@ -95,7 +87,7 @@ def test_fp8_activations_quantise_the_inputs_of_linear_layers():
 
 @pytest.mark.parametrize("compute", ["fp32", "bf16"])
 def test_compute_dtype(compute):
-    policy = build_model(ARCH, build_tokenizer(), seed=0)
+    policy = build_model(TINY_ARCH, build_tokenizer(), seed=0)
     engine = build_engine_model(policy, RolloutFormat(weights="bf16", compute=compute))
     dtype = torch.bfloat16 if compute == "bf16" else torch.float32
     assert {p.dtype for p in engine.parameters()} == {dtype}

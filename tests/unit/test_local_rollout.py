@@ -1,5 +1,6 @@
 import pytest
 import torch
+from local_fixtures import TINY_ARCH
 
 from dppo_bench.config import RolloutFormat
 from dppo_bench.local.batching import prompt_ids
@@ -14,20 +15,10 @@ def fmt(weights: str, noise: float = 0.0, **kw) -> RolloutFormat:
     return RolloutFormat(weights=weights, logit_noise=noise, **kw)
 
 
-ARCH = dict(
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    num_key_value_heads=2,
-    max_position_embeddings=64,
-)
-
-
 @pytest.fixture(scope="module")
 def setup():
     tok = build_tokenizer()
-    model = build_model(ARCH, tok, seed=0).eval()
+    model = build_model(TINY_ARCH, tok, seed=0).eval()
     prompts = [prompt_ids(tok, t) for t in ["1+2=", "13*4-2=", "7-7=", "2*2*2="] for _ in range(3)]
     return tok, model, prompts
 
@@ -104,7 +95,7 @@ def test_numeric_paths_order_the_mismatch(setup):
 def test_sync_copies_the_current_weights(setup):
     tok, model, prompts = setup
     engine = RolloutEngine(model, FP32, 4)
-    other = build_model(ARCH, tok, seed=1)
+    other = build_model(TINY_ARCH, tok, seed=1)
     engine.sync(other)
     for a, b in zip(engine.model.parameters(), other.parameters(), strict=True):
         assert torch.equal(a, b)
