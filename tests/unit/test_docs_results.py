@@ -15,8 +15,15 @@ RESULTS = REPO / "docs" / "results"
 NARRATIVE = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 PUBLISHED = sorted(p for p in RESULTS.glob("*.md") if p.name != "index.md")
 EXPERIMENTS = load_experiments()
-# The columns an aggregated table of runs has: a pasted table of results shows them in its header row
-RESULT_COLUMNS = {c.title for e in EXPERIMENTS.values() for c in e.columns} | {"contrast", "control band"}
+# The columns of an aggregated table (of runs: the experiments' own; of probes and contrasts: those aggregation
+# writes): a pasted table of results shows them in its header row
+RESULT_COLUMNS = {c.title for e in EXPERIMENTS.values() for c in e.columns} | {
+    "contrast",
+    "control band",
+    "mu bin",
+    "μ bin",
+    "mean |π − μ|",
+}
 
 
 @pytest.mark.parametrize("page", PUBLISHED, ids=lambda p: p.stem)
