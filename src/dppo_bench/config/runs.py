@@ -33,6 +33,24 @@ class ResolvedRun:
         return tuple(self.benchmarks[b] for b in self.setting.eval.online)
 
 
+class OfResolvedRun:
+    """A backend's run object that holds a ``resolved`` run: its setting, recipe and seed read from there."""
+
+    resolved: ResolvedRun
+
+    @property
+    def setting(self) -> Setting:
+        return self.resolved.setting
+
+    @property
+    def recipe(self) -> MethodRecipe:
+        return self.resolved.recipe
+
+    @property
+    def seed(self) -> int:
+        return self.resolved.seed
+
+
 def setting_benchmarks(settings: Iterable[Setting]) -> dict[str, BenchmarkSpec]:
     """The specs of every benchmark the settings evaluate, each read once (for all the runs of a command)."""
     return {b: load_benchmark(b) for s in settings for b in s.eval.benchmarks}

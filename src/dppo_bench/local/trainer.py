@@ -25,8 +25,7 @@ from tqdm import tqdm
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
 from dppo_bench import canonical
-from dppo_bench.config import MethodRecipe, Setting
-from dppo_bench.config.runs import ResolvedRun
+from dppo_bench.config.runs import OfResolvedRun, ResolvedRun
 from dppo_bench.config.specs import AnswerType
 from dppo_bench.eval.grading import grade
 from dppo_bench.io import CorruptFileError, read_complete_jsonl, verify_checksums
@@ -53,22 +52,10 @@ def generator(*keys: int) -> torch.Generator:
 
 
 @dataclass(frozen=True)
-class LocalRun:
+class LocalRun(OfResolvedRun):
     resolved: ResolvedRun  # setting, recipe, seed and the specs, resolved once by the command
     base_model: Path  # HF dir from the pretraining stage
     train_problems: Path  # normalized jsonl of the training split
-
-    @property
-    def setting(self) -> Setting:
-        return self.resolved.setting
-
-    @property
-    def recipe(self) -> MethodRecipe:
-        return self.resolved.recipe
-
-    @property
-    def seed(self) -> int:
-        return self.resolved.seed
 
     @property
     def answer_type(self) -> AnswerType:

@@ -32,8 +32,8 @@ from importlib import metadata
 from pathlib import Path
 
 from dppo_bench import canonical
-from dppo_bench.config import ConfigError, MethodRecipe, Setting
-from dppo_bench.config.runs import ResolvedRun
+from dppo_bench.config import ConfigError, Setting
+from dppo_bench.config.runs import OfResolvedRun, ResolvedRun
 from dppo_bench.errors import UserError
 from dppo_bench.eval import protocol
 from dppo_bench.io import file_sha256
@@ -131,7 +131,7 @@ def cached_revision(repo_id: str) -> str | None:
 
 
 @dataclass(frozen=True)
-class VerlRun:
+class VerlRun(OfResolvedRun):
     resolved: ResolvedRun  # the setting, recipe, seed and data specs, resolved once by the command
     run_dir: RunDir
     train_data: Path
@@ -139,18 +139,6 @@ class VerlRun:
     wandb: bool = False
     command: tuple[str, ...] = MAIN_PPO  # verl's trainer entry point, e.g. wrapped in a container runtime
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
-
-    @property
-    def setting(self) -> Setting:
-        return self.resolved.setting
-
-    @property
-    def recipe(self) -> MethodRecipe:
-        return self.resolved.recipe
-
-    @property
-    def seed(self) -> int:
-        return self.resolved.seed
 
     def paths(self, attempt: int, model: Path | None) -> RunPaths:
         return RunPaths(
