@@ -29,11 +29,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $(STAMP)
 
-# The suite on TEST_WORKERS pytest-xdist workers, whole files to each (tests/conftest.py): the end-to-end tests
-# spend much of their time waiting on Ray, vLLM and SLURM, so three workers keep 2 cores busy.
+# The suite on TEST_WORKERS pytest-xdist workers, a whole file to each and the SLURM tests together
+# (tests/conftest.py): the end-to-end tests spend much of their time waiting on Ray, vLLM and SLURM, so three workers
+# keep 2 cores busy.
 TEST_WORKERS ?= 3
 test: venv
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The edit loop: the unit tests without the slow ones (minutes, not the whole suite's end-to-end runs).
 test-fast: venv

@@ -30,20 +30,30 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
-# `make test` runs the suite on pytest-xdist workers (-n, --dist loadgroup, --no-loadscope-reorder). Each file goes
-# to one worker, as its module fixtures (a verl run, a pipeline) are built once per file; the SLURM tests go
-# together, as their cluster is one per session. The longest groups start first, so that no worker begins one of
-# them when the others are nearly done.
+
+# `make test` runs the suite on pytest-xdist workers (-n, --no-loadscope-reorder). Each file goes to one worker, as its
+# module fixtures (a verl run, a pipeline) are built once per file; the SLURM tests go together, as their cluster is
+# one per session. The longest groups start first, so that no worker begins one of them when the others are nearly
+# done.
 LONGEST_FIRST = ("tests/integration/test_verl_cpu_pipeline.py", "tests/slurm")
 
 
-def _worker_group(item) -> str:
-    path = Path(item.fspath).relative_to(REPO_ROOT).as_posix()
+def _worker_group(nodeid: str) -> str:
+    path = nodeid.split("::", 1)[0]
     return "tests/slurm" if path.startswith("tests/slurm/") else path
 
 
 def pytest_collection_modifyitems(items):
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(_worker_group(item)))
     rank = {group: i for i, group in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(_worker_group(item), len(rank)))  # stable: the rest in collection order
+    items.sort(key=lambda item: rank.get(_worker_group(item.nodeid), len(rank)))  # stable: the rest as collected
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByWorkerGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _worker_group(nodeid)
+
+    return ByWorkerGroup(config, log)
