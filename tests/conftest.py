@@ -30,7 +30,6 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
-
 # `make test` runs the suite on pytest-xdist workers (-n, --no-loadscope-reorder). Each file goes to one worker, as its
 # module fixtures (a verl run, a pipeline) are built once per file; the SLURM tests go together, as their cluster is
 # one per session. The longest groups start first, so that no worker begins one of them when the others are nearly
