@@ -114,6 +114,38 @@ def test_advantages_are_group_centred_without_std(inputs, tmp_path):
     assert (adv[0, 3:] == 0).all() and (adv[4:] == 0).all()  # all-correct group: no signal
 
 
+@pytest.mark.parametrize("group_size", [1, 4])
+def test_advantages_equal_verls_grpo_without_std(group_size):
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+    from dppo_bench.local.trainer import group_advantages
+
+    g = torch.Generator().manual_seed(0)
+    rewards = torch.rand(12, generator=g)  # not only 0/1: the means must round as verl's do
+    mask = torch.rand(12, 7, generator=g) < 0.7
+    mask[:, 0] = True
+    last = mask.long().cumsum(-1).argmax(-1)
+    token_rewards = torch.zeros(mask.shape)
+    token_rewards[torch.arange(12), last] = rewards
+    index = (torch.arange(12) // group_size).numpy()
+    theirs, _ = compute_grpo_outcome_advantage(token_rewards, mask.float(), index, norm_adv_by_std_in_grpo=False)
+    assert torch.equal(group_advantages(rewards, mask, group_size), theirs)
+
+
+def test_a_deadline_stops_at_a_checkpoint_that_resumes_into_the_same_run(inputs, tmp_path):
+    import time
+
+    fit(inputs, "pg_is", tmp_path / "full")
+    setting, base, train = inputs
+    run = LocalRun(resolve_run(setting, "pg_is", 0), base, train)
+    stopped = RunDir(tmp_path / "part").create()
+    outcome = LocalTrainer(run, stopped, progress=False).fit(deadline=time.monotonic())  # passed: one step
+    assert outcome == {"status": "stopped", "last_step": 1}
+    assert stopped.saved_steps() == [0, 1]
+    assert LocalTrainer(run, stopped, progress=False).fit() == {"status": "completed", "last_step": 4}
+    assert without_perf(stopped.read_metrics()) == without_perf(RunDir(tmp_path / "full").read_metrics())
+
+
 def test_resume_continues_from_the_checkpoint(inputs, tmp_path):
     fit(inputs, "dppo_binary_kl", tmp_path / "full")
     setting, base, train = inputs

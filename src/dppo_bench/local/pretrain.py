@@ -58,12 +58,14 @@ def pretraining_batch(
     return ids, mask, loss_mask
 
 
-def pretrain(spec: LocalSpec, out: Path, *, threads: int = 1, progress: bool = True) -> dict:
-    """Train the base model and save it as an HF dir at ``out``; returns the report."""
+def pretrain(
+    spec: LocalSpec, out: Path, *, threads: int = 1, progress: bool = True, device: torch.device | str = "cpu"
+) -> dict:
+    """Train the base model on ``device`` and save it as an HF dir at ``out``; returns the report."""
     torch.set_num_threads(threads)
     cfg, p, lex = task_config(spec), spec.pretrain, lexicon(spec)
     tokenizer = build_tokenizer(lex.tokens if lex else ())
-    model = build_model(spec.model.model_dump(), tokenizer, seed=p.seed)
+    model = build_model(spec.model.model_dump(), tokenizer, seed=p.seed).to(device)
     _, heldout = make_splits(spec.task.seed, spec.task.n_train, spec.task.n_heldout, cfg)
     excluded = {h.text for h in heldout}
     rng = random.Random(p.seed)
@@ -74,7 +76,7 @@ def pretrain(spec: LocalSpec, out: Path, *, threads: int = 1, progress: bool = T
     for step in tqdm(range(p.steps), desc="pretrain", disable=not progress):
         draws = generate_problems(pool_seed + step, p.batch_size * 2, cfg, "pre")
         batch = [q for q in draws if q.text not in excluded][: p.batch_size]
-        ids, mask, loss_mask = pretraining_batch(tokenizer, rng, batch, p.corrupt_frac, lex)
+        ids, mask, loss_mask = (t.to(device) for t in pretraining_batch(tokenizer, rng, batch, p.corrupt_frac, lex))
         logits = model(input_ids=ids, attention_mask=mask.long()).logits[:, :-1]
         nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
         loss = (nll * loss_mask[:, 1:]).sum() / loss_mask[:, 1:].sum()
@@ -85,7 +87,7 @@ def pretrain(spec: LocalSpec, out: Path, *, threads: int = 1, progress: bool = T
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(loss.item())
-    model.eval()
+    model.eval().cpu()
     report = {
         "steps": p.steps,
         "seconds": round(time.perf_counter() - start, 1),

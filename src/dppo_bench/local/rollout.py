@@ -52,12 +52,15 @@ class RolloutEngine:
         temperature: float,
         generator: torch.Generator,
     ) -> RolloutBatch:
+        """Sample on the engine's device; ``generator`` must be on that device too."""
         B, L = len(prompts), max(len(p) for p in prompts)
         prompt_ids = torch.full((B, L), pad_id, dtype=torch.long)
         prompt_mask = torch.zeros(B, L, dtype=torch.bool)
         for i, p in enumerate(prompts):
             prompt_ids[i, L - len(p) :] = torch.tensor(p)
             prompt_mask[i, L - len(p) :] = True
+        device = next(self.model.parameters()).device
+        prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
         attention = prompt_mask.long()
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         out = self.model(input_ids=prompt_ids, attention_mask=attention, position_ids=positions, use_cache=True)
@@ -65,12 +68,12 @@ class RolloutEngine:
         next_pos = positions[:, -1:] + 1
 
         tokens, logps, top_ids, top_lps = [], [], [], []
-        done = torch.zeros(B, dtype=torch.bool)
+        done = torch.zeros(B, dtype=torch.bool, device=device)
         alive = []
         for _ in range(max_new_tokens):
             logits = logits.float()
             if self.fmt.logit_noise > 0:
-                logits = logits + self.fmt.logit_noise * torch.randn(logits.shape, generator=generator)
+                logits = logits + self.fmt.logit_noise * torch.randn(logits.shape, generator=generator, device=device)
             logprobs = torch.log_softmax(logits / temperature, dim=-1)
             token = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(-1)
             token = torch.where(done, torch.full_like(token, pad_id), token)
@@ -81,9 +84,9 @@ class RolloutEngine:
             top_ids.append(k_ids)
             top_lps.append(k_lp)
             done = done | (token == eos_id)
-            if done.all():
+            if done.all():  # a host sync per token, as an engine's stop check
                 break
-            attention = torch.cat([attention, torch.ones(B, 1, dtype=attention.dtype)], dim=-1)
+            attention = torch.cat([attention, attention.new_ones(B, 1)], dim=-1)
             out = self.model(
                 input_ids=token[:, None],
                 attention_mask=attention,

@@ -7,7 +7,12 @@ steps for the rollout anchor too (as our patch of verl's bypass mode does), meas
 equal parameters and the policy's entropy over the whole batch (:mod:`dppo_bench.mismatch`).
 
 Determinism: all randomness of step ``s`` comes from a generator seeded by (seed, s), so a run
-resumed from a checkpoint replays exactly the steps an uninterrupted run would have taken.
+resumed from a checkpoint replays exactly the steps an uninterrupted run would have taken (on the same device: a
+CUDA generator draws other numbers than a CPU one).
+
+Nothing here imports verl, Ray or vLLM (the advantage and the loss's aggregation are our own, tested equal to
+verl's): the trainer runs on a GPU image that has only torch (benchmarks/gpu_check.sh). verl's own loss modes
+import verl when they run.
 """
 
 from __future__ import annotations
@@ -19,10 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import numpy as np
 import torch
 from tqdm import tqdm
-from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
 from dppo_bench import canonical
 from dppo_bench.config.runs import OfResolvedRun, ResolvedRun
@@ -43,12 +46,22 @@ MIN_STATS = {"pi_mu_diff_min"}
 MAX_STATS = {"pi_mu_abs_diff_max", "pi_mu_diff_max", "is_ratio_max"}
 
 
-def generator(*keys: int) -> torch.Generator:
-    """A generator seeded by a tuple of integers (seed, step, ...), stable across runs."""
+def generator(*keys: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """A generator on ``device`` seeded by a tuple of integers (seed, step, ...), stable across runs."""
     seed = 0
     for k in keys:
         seed = (seed * 1_000_003 + k) % (2**63 - 1)
-    return torch.Generator().manual_seed(seed)
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def group_advantages(rewards: torch.Tensor, response_mask: torch.Tensor, group_size: int) -> torch.Tensor:
+    """GRPO's outcome advantage without the std division (Dr.GRPO; verl's ``norm_adv_by_std_in_grpo=False``): each
+    response's reward minus its group's mean, on every response token. The ``group_size`` responses of a prompt are
+    consecutive; a group of one keeps its reward (verl sets such a group's mean to 0)."""
+    groups = rewards.float().view(-1, group_size)
+    if group_size > 1:
+        groups = groups - groups.mean(dim=-1, keepdim=True)
+    return groups.reshape(-1, 1) * response_mask.float()
 
 
 @dataclass(frozen=True)
@@ -71,10 +84,12 @@ class LocalTrainer:
         *,
         progress: bool = True,
         log_rows: Callable[[list[dict]], None] | None = None,
+        device: torch.device | str = "cpu",
     ):
         """``log_rows``: also given every metrics row once it is in metrics.jsonl (e.g. wandb); it sees the
-        record, it never changes it."""
+        record, it never changes it. ``device``: where the policy, the engine and the batches live."""
         self.run, self.dir, self.progress, self.log_rows = run, run_dir, progress, log_rows
+        self.device = torch.device(device)
         s, r = run.setting, run.recipe
         self.train, self.local = s.train, s.local
         batch_info = {"loss_scale_factor": s.loss_scale_factor} if s.loss_scale_factor is not None else {}
@@ -96,7 +111,7 @@ class LocalTrainer:
         state = None
         if saved:
             verify_checksums(source)
-            state = torch.load(source / STATE_FILE, weights_only=True)
+            state = torch.load(source / STATE_FILE, weights_only=True, map_location="cpu")
             if state.get("step") != step:
                 raise CorruptFileError(f"{source / STATE_FILE}: holds step {state.get('step')}, not {step}")
         kept = [r["step"] for r in self.dir.read_metrics() if r["step"] <= step]
@@ -105,7 +120,7 @@ class LocalTrainer:
                 f"{self.dir.metrics}: the rows of steps 1..{step} (covered by {source}) are not all there exactly "
                 f"once (found steps {_ranges(kept)}); the file is damaged or was written by two trainers"
             )
-        self.policy = load_model(source).train()
+        self.policy = load_model(source).to(self.device).train()
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(source)
@@ -141,19 +156,15 @@ class LocalTrainer:
         return out
 
     def _rewards(self, roll: RolloutBatch, problems: list[dict]) -> torch.Tensor:
-        texts = decode_responses(self.tokenizer, roll.response_ids, roll.response_mask)
+        texts = decode_responses(self.tokenizer, roll.response_ids.cpu(), roll.response_mask.cpu())
         G = self.train.responses_per_prompt
         return torch.tensor(
-            [float(grade(t, problems[i // G]["answer"], self.run.answer_type).correct) for i, t in enumerate(texts)]
+            [float(grade(t, problems[i // G]["answer"], self.run.answer_type).correct) for i, t in enumerate(texts)],
+            device=self.device,
         )
 
     def _advantages(self, rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        last = mask.long().cumsum(-1).argmax(-1)  # index of the last response token
-        token_rewards = torch.zeros(mask.shape)
-        token_rewards[torch.arange(len(rewards)), last] = rewards
-        groups = np.arange(len(rewards)) // self.train.responses_per_prompt
-        adv, _ = compute_grpo_outcome_advantage(token_rewards, mask.float(), groups, norm_adv_by_std_in_grpo=False)
-        return adv
+        return group_advantages(rewards, mask, self.train.responses_per_prompt)
 
     def _rollout(self, step: int, g: torch.Generator) -> tuple[RolloutBatch, torch.Tensor]:
         """The step's rollout batch from the engine at the current parameters, and each sample's reward."""
@@ -209,14 +220,15 @@ class LocalTrainer:
 
     def step(self, step: int) -> dict:
         t0 = time.perf_counter()
-        g = generator(self.run.seed, step)
+        g = generator(self.run.seed, step, device=self.device)
         roll, rewards = self._rollout(step, g)
         batch = self._batch(roll, self._advantages(rewards, roll.response_mask))
         t_roll = time.perf_counter()
         batch, measured = self._at_rollout_parameters(step, batch)
         t_recompute = time.perf_counter()
         stats, losses, norms, masked_tokens = [], [], [], MaskedTokenCounts()
-        for i, index in enumerate(torch.randperm(len(rewards), generator=g).chunk(self.train.mini_batches)):
+        order = torch.randperm(len(rewards), generator=g, device=self.device)
+        for i, index in enumerate(order.chunk(self.train.mini_batches)):
             try:
                 mini = batch.select(index)
                 loss, norm, st = update(
@@ -251,11 +263,12 @@ class LocalTrainer:
         }
 
     # -- the loop ----------------------------------------------------------------------------
-    def fit(self) -> dict:
+    def fit(self, deadline: float | None = None) -> dict:
         """Train to the setting's last step; returns {status, last_step}.
 
         A non-finite loss ends the run as "diverged": a result of the method, recorded with the
-        steps before it, not a crash of the pipeline.
+        steps before it, not a crash of the pipeline. Past ``deadline`` (a ``time.monotonic()`` value) the run
+        checkpoints the step it finished and ends as "stopped", to be resumed from there.
         """
         start = self._load()
         if not self.dir.saved_steps():
@@ -269,9 +282,12 @@ class LocalTrainer:
                 self._record(rows)
                 return {"status": "diverged", "last_step": step - 1, "error": str(e)}
             bar.set_postfix(reward=f"{rows[-1][canonical.REWARD_MEAN]:.3f}")
-            if step % self.train.save_every == 0 or step == self.train.steps:
+            stop = deadline is not None and time.monotonic() >= deadline and step < self.train.steps
+            if step % self.train.save_every == 0 or step == self.train.steps or stop:
                 self._checkpoint(step, rows)
                 rows = []
+            if stop:
+                return {"status": "stopped", "last_step": step}
         return {"status": "completed", "last_step": self.train.steps}
 
 

@@ -11,7 +11,6 @@ from dataclasses import dataclass, fields
 from functools import cached_property
 
 import torch
-from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
 from dppo_bench.config import MethodRecipe
 from dppo_bench.divergence import topk_divergence
@@ -144,6 +143,8 @@ def verl_loss(loss_spec: Loss, log_pi: torch.Tensor, batch: Batch) -> tuple[torc
     mode, pi_old in decoupled mode with its correction), and the normalisers verl's engine sets: the mini-batch's
     response tokens before any rejection (verl's ``loss_mask``) and its sequences. Its actor/ metrics without the
     prefix."""
+    from verl.trainer.ppo.core_algos import get_policy_loss_fn  # verl's modes only: the rules run without verl
+
     config = loss_spec.verl_config
     loss_mask = batch.response_mask if batch.loss_mask is None else batch.loss_mask
     config.global_batch_info.update(

@@ -10,8 +10,9 @@
 * the penalty: a per-token function of log pi/mu with its own gradient (prime-rl's ``tau * (log pi/mu)^2``), or
   none.
 
-It is aggregated by one of verl's modes (``token-mean``, ``seq-mean-token-sum``, ...) with verl's own ``agg_loss``,
-so both training backends normalise exactly as verl does. The IS weight always uses the rollout policy mu; the
+It is aggregated by one of verl's modes (``token-mean``, ``seq-mean-token-sum``, ...) as verl's ``agg_loss`` does
+(:mod:`dppo_bench.methods.aggregation`, tested equal to it), so both training backends normalise exactly as verl does
+and the loss also runs where verl cannot be imported. The IS weight always uses the rollout policy mu; the
 gate uses the rule's anchor (mu, or the recomputed pi_old). The gradient flows through log pi (and the penalty).
 With a token ratio, a hard mask and no penalty (the paper's methods) the loss is computed exactly as before the
 parts were named, operation for operation.
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from dppo_bench.divergence import LOG_FLOOR
+from dppo_bench.methods.aggregation import aggregate
 from dppo_bench.methods.params import Values
 from dppo_bench.methods.registry import MaskRule, Tokens, log_ratio
 
@@ -138,13 +140,11 @@ def surrogate_loss(
 
     ``values``: the rule's hyperparameters (``rule.values(...)``, or a recipe profile). All tensors are
     (batch, response_len); ``response_mask`` is boolean. ``batch_info`` is
-    verl's ``global_batch_info`` (dp_size, batch_num_tokens, ...) forwarded to ``agg_loss``.
+    verl's ``global_batch_info`` (dp_size, batch_num_tokens, ...) that the aggregation reads.
     Pass the same tensor as ``mu_log_prob`` and ``anchor_log_prob`` for the rollout anchor.
     ``entropy``: pi's per-token entropy, when the caller's forward computed it. ``on_masked`` is
     given the boolean mask of dropped response tokens (e.g. to count their ids).
     """
-    from verl.trainer.ppo.core_algos import agg_loss  # here, so importing the rules stays light
-
     parts = surrogate_parts(
         rule,
         values,
@@ -157,7 +157,7 @@ def surrogate_loss(
     )
     if on_masked is not None:
         on_masked(parts.masked)
-    loss = agg_loss(parts.per_token, response_mask, loss_agg_mode, **(batch_info or {}))
+    loss = aggregate(parts.per_token, response_mask, loss_agg_mode, **(batch_info or {}))
     t = parts.tokens
     mu = t.anchor if t.log_mu is None else t.log_mu.exp()
     stats = token_stats(t, mu, parts.ratio, parts.masked, response_mask, values.is_cap, entropy)
