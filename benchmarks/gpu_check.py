@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import importlib.abc
 import json
+import os
 import platform
 import shutil
 import sys
@@ -45,6 +46,7 @@ class RefuseImports(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, RefuseImports())
 
 import torch  # noqa: E402
+import transformers  # noqa: E402
 
 from dppo_bench.config import find_setting, load_methods  # noqa: E402
 from dppo_bench.config.runs import resolve_run  # noqa: E402
@@ -73,7 +75,7 @@ SIZES = {  # parity batch, Top-K timing, and the trainer part's setting changes 
 CPU_SETTING = {  # --cpu: the gpu_check setting at a size 2 cores run in about a minute
     "model": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
               "num_key_value_heads": 2, "max_position_embeddings": 128},
-    "pretrain": {"steps": 30, "batch_size": 32},
+    "pretrain": {"steps": 200, "batch_size": 64},
     "train": {"steps": 4, "prompts_per_step": 4, "responses_per_prompt": 4, "mini_batches": 2, "save_every": 4},
 }  # fmt: skip
 
@@ -271,12 +273,15 @@ def main() -> int:
     sizes = SIZES[device.type]
     args.out.mkdir(parents=True, exist_ok=True)
     report = {
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({platform.processor()})",
+        "device": torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else f"CPU ({platform.machine()}, {os.cpu_count()} cores)",
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "python": platform.python_version(),
         "tolerance": {str(d).removeprefix("torch."): t for d, t in TOLERANCE.items()},
     }
+    transformers.utils.logging.disable_progress_bar()  # a bar per model save and load, dozens of them
     print(f"GPU check on {report['device']}, torch {report['torch']}, CUDA {report['cuda']}", flush=True)
     profile = find_setting("gpu_check").hyperparameter_profile
     run_part(report, "parity", lambda: parity(device, sizes["parity"], profile))

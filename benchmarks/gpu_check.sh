@@ -9,7 +9,7 @@
 # --out "$OUT" brings report.json back. It is killed at 8 minutes (the issue's bound), whatever --budget-s says.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python}
+PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] && [ -z "${PYTHON:-}" ] && PY=.venv/bin/python
 path=$PWD/src
 if [ -d .whl ]; then

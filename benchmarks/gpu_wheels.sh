@@ -3,7 +3,7 @@
 # .whl/, which travels with the checkout (git-ignored) to a card that cannot install from the network; there,
 # benchmarks/gpu_check.sh installs them into .gpu-site/. docs/performance.md, "GPU check".
 #
-#   bash benchmarks/gpu_wheels.sh [PYTHON_VERSION ...]     (default: 3.10 3.11 3.12 3.13, the card's is unknown)
+#   bash benchmarks/gpu_wheels.sh [PYTHON_VERSION ...]     (default: 3.11 3.12, the Pythons the suite supports)
 #
 # The list is the check's own import closure: `gpu_check.py --cpu` run here records the distributions it imported,
 # at this environment's versions (those the suite is tested with), minus torch and what torch itself requires,
@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
-versions=${*:-3.10 3.11 3.12 3.13}
+versions=${*:-3.11 3.12}
 rm -rf .whl && mkdir -p .whl
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -39,14 +39,22 @@ def closure(dist: str) -> set[str]:
             pass
     return seen
 
-brought = closure("torch") | {"numpy", "dppo-bench"}  # the image's torch stack; numpy is built against it
+# The image's torch stack (its CUDA build also requires triton, which this CPU build does not); numpy is built
+# against it; the suite itself travels as source.
+brought = closure("torch") | {"triton", "numpy", "dppo-bench"}
 for line in open(sys.argv[1]):
     if name(line) not in brought and not name(line).startswith("nvidia-"):
         print(line.strip())
 PY
+# This Python's wheels first, built here where a distribution ships only its source (antlr4's runtime: pure
+# Python); the compiled ones again for each other Python.
+$PY -m pip wheel -q --no-deps -w .whl -r .whl/requirements.txt
+compiled=$(cd .whl && ls *.whl | grep -v -- '-none-any\.whl$' | cut -d- -f1,2 | sed 's/-/==/') || true
+here=$($PY -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
 for v in $versions; do
+  [ "$v" = "$here" ] || [ -z "$compiled" ] && continue
+  # shellcheck disable=SC2086  # one name==version per word
   $PY -m pip download -q --no-deps --only-binary=:all: --implementation cp --python-version "$v" \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-    -d .whl -r .whl/requirements.txt
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl $compiled
 done
 echo "$(wc -l < .whl/requirements.txt) distributions for Python $versions: $(du -sh .whl | cut -f1) in .whl/"
