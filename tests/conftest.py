@@ -14,6 +14,10 @@ SHARED_DATA = Path(os.environ.get("DPPO_BENCH_SHARED_DATA", REPO_ROOT.parent / "
 
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
+# Ray starts its workers at niceness 15. Beside the tests on the other xdist workers (niceness 0) the verl runs, the
+# suite's longest path, would then get only the cores those leave idle: every process a test starts inherits this.
+os.environ.setdefault("RAY_worker_niceness", "0")
+
 
 @pytest.fixture
 def gen() -> torch.Generator:
