@@ -124,7 +124,7 @@ def workdir(tmp_path_factory, root, foreign_ray):
     workdir = tmp_path_factory.mktemp("verl_cpu")
     # Pretraining on one thread: beside the other xdist workers a second one waits for a core more than it computes
     # (6 minutes instead of 1 in CI).
-    prepared = snakemake(workdir, "--cores", "2", "--set-threads", "tiny_pretrain=1", *DATA, MODEL, root=root)
+    prepared = snakemake(workdir, "--cores", "2", *DATA, MODEL, "--set-threads", "tiny_pretrain=1", root=root)
     assert prepared.returncode == 0, prepared.stderr[-3000:]
     # The killed attempts beside the pipeline's runs of the other methods and the probe: each verl run spends most of
     # its minutes starting Ray, its workers and vLLM, with cores to spare. Snakemake plans none of the recompute run's
