@@ -70,7 +70,7 @@ def test_the_rollout_anchor_passes_over_the_batch_only_to_measure_the_mismatch(i
 def test_the_mismatch_is_measured_over_the_whole_batch_before_the_updates(inputs, tmp_path):
     """As verl's patch measures it: every sample of the rollout batch, at the rollout's parameters."""
     from dppo_bench.local.model import response_logits
-    from dppo_bench.local.trainer import generator
+    from dppo_bench.local.trainer import generator, group_advantages
 
     setting, base, train = inputs
     trainer = LocalTrainer(
@@ -78,7 +78,7 @@ def test_the_mismatch_is_measured_over_the_whole_batch_before_the_updates(inputs
     )
     trainer._load()
     roll, rewards = trainer._rollout(1, generator(0, 1))
-    batch = trainer._batch(roll, trainer._advantages(rewards, roll.response_mask))
+    batch = trainer._batch(roll, group_advantages(rewards, roll.response_mask, trainer.train.responses_per_prompt))
     _, measured = trainer._at_rollout_parameters(1, batch)
     with torch.no_grad():  # an independent forward of every sample
         logits = response_logits(trainer.policy, batch.input_ids, batch.attention_mask, batch.prompt_len)
@@ -103,12 +103,15 @@ def test_recompute_anchor_makes_the_extra_pass(inputs, tmp_path):
     assert all(r["perf/recompute_s"] > 0 for r in RunDir(tmp_path).read_metrics())
 
 
-def test_advantages_are_group_centred_without_std(inputs, tmp_path):
-    trainer, _ = fit(inputs, "pg_is", tmp_path)
+def test_advantages_are_group_centred_without_std(inputs):
+    from dppo_bench.local.trainer import group_advantages
+
+    setting, _, _ = inputs
     rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0])
     mask = torch.ones(8, 5, dtype=torch.bool)
     mask[0, 3:] = False
-    adv = trainer._advantages(rewards, mask)  # G = 4 responses per prompt in tiny_smoke
+    adv = group_advantages(rewards, mask, setting.train.responses_per_prompt)  # G = 4 in tiny_smoke
+    assert setting.train.responses_per_prompt == 4
     torch.testing.assert_close(adv[0, :3], torch.full((3,), 0.75))
     torch.testing.assert_close(adv[1], torch.full((5,), -0.25))
     assert (adv[0, 3:] == 0).all() and (adv[4:] == 0).all()  # all-correct group: no signal

@@ -163,9 +163,6 @@ class LocalTrainer:
             device=self.device,
         )
 
-    def _advantages(self, rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return group_advantages(rewards, mask, self.train.responses_per_prompt)
-
     def _rollout(self, step: int, g: torch.Generator) -> tuple[RolloutBatch, torch.Tensor]:
         """The step's rollout batch from the engine at the current parameters, and each sample's reward."""
         problems = self._prompts(step)
@@ -222,7 +219,7 @@ class LocalTrainer:
         t0 = time.perf_counter()
         g = generator(self.run.seed, step, device=self.device)
         roll, rewards = self._rollout(step, g)
-        batch = self._batch(roll, self._advantages(rewards, roll.response_mask))
+        batch = self._batch(roll, group_advantages(rewards, roll.response_mask, self.train.responses_per_prompt))
         t_roll = time.perf_counter()
         batch, measured = self._at_rollout_parameters(step, batch)
         t_recompute = time.perf_counter()
