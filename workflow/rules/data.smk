@@ -2,6 +2,8 @@
 # and the prepared parquet and problem
 # sets of the verl settings and every benchmark.
 
+from dppo_bench.config import roots
+
 
 rule tiny_data:
     input:
@@ -38,7 +40,8 @@ rule tiny_pretrain:
 
 rule packaged_model:
     input:
-        ancient("recipes/models/{model}.yaml"),
+        # from the recipe root, as every rule reads its recipes: a run directory elsewhere (--directory) has none
+        ancient(lambda w: str(roots.MODELS_DIR / f"{w.model}.yaml")),
     output:
         directory("results/models/{model}"),
     log:
