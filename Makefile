@@ -54,10 +54,11 @@ demo: venv
 smoke: venv
 	$(BIN)/snakemake --cores $(CORES) tiny_smoke
 
-# The cluster path on this machine: every method of the miniature through verl's own trainer and vLLM's CPU build.
+# The cluster path on this machine: every method of the miniature through verl's own trainer and vLLM's CPU build,
+# and DPPO-Binary-TV and PG-IS on a real LM (SmolLM2-135M-Instruct, built from its packaged GGUF).
 verl-cpu: venv
-	$(BIN)/snakemake --cores $(CORES) verl_cpu verl_cpu_mismatch
-	@echo "figures: results/verl_cpu/figure.png, results/verl_cpu_mismatch/figure.png (and .pdf); tables: table.md beside them"
+	$(BIN)/snakemake --cores $(CORES) verl_cpu verl_cpu_mismatch verl_cpu_smollm
+	@echo "figures: results/verl_cpu/figure.png, results/verl_cpu_mismatch/figure.png, results/verl_cpu_smollm/figure.png (and .pdf); tables: table.md beside them"
 
 # What reviewers check, as CI runs it (.ci/run): ruff's lint and format, snakemake's lint of the workflow, and the
 # documentation site, where a broken link or a page missing from the navigation fails the build.

@@ -39,7 +39,7 @@ FIRST_OF_SETTING = {setting: method for setting, method in reversed(PAIRS)}
 
 def test_every_verl_setting_is_in_some_experiment():
     verl = {s for s, v in SETTINGS.items() if v.backend == "verl"}
-    assert verl == {s for s, _ in PAIRS} and len(verl) == 10
+    assert verl == {s for s, _ in PAIRS} and len(verl) == 11
     assert len(PAIRS) >= 40
 
 

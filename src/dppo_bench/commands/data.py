@@ -37,6 +37,8 @@ def prepare(args: argparse.Namespace) -> int:
     print(f"{spec.id}: {manifest['rows']} problems from {problems.origin}")
     if problems.dropped_duplicates:
         print(f"  dropped {problems.dropped_duplicates} duplicate rows (dedupe)")
+    if problems.filtered_out:
+        print(f"  left out {problems.filtered_out} rows by the source's where filters")
     field = f"sources.{problems.source_kind}.sha256"
     if problems.pinned_sha256 is None:
         print(f"  sha256 {problems.sha256}  NOT PINNED: {spec.path} field '{field}' is null; pin this value")

@@ -85,6 +85,32 @@ class Fields(Strict):
 IDENTITY_FIELDS = Fields.model_validate({"id": "id", "problem": "problem", "answer": "answer"})
 
 
+class RowFilter(Strict):
+    """Which source rows a problem set keeps (``where:`` of a source, every filter must hold): rows whose ``column``
+    (a dotted path, as a field rule's) is one of ``one_of`` and/or whose text fully matches ``pattern``. Applied to
+    the raw rows before normalization, so the sha256 pins the selected set (e.g. MATH's level 1 of a file of all)."""
+
+    column: str
+    one_of: Annotated[list[str | int | float | bool], Field(min_length=1)] | None = None
+    pattern: str | None = None  # re.fullmatch against the value as text
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as e:
+                raise ValueError(f"not a valid regex: {e}") from None
+        return v
+
+    @model_validator(mode="after")
+    def _something(self) -> RowFilter:
+        if self.one_of is None and self.pattern is None:
+            raise ValueError("give one_of or pattern (or both)")
+        return self
+
+
 class HubSource(Strict):
     repo: str  # Hugging Face dataset repo id
     revision: str | None  # a commit; null (explicit) = unpinned, which data prepare reports on every run
@@ -92,6 +118,7 @@ class HubSource(Strict):
     split: str
     fields: Fields
     dedupe: bool = False  # drop rows whose (problem, answer) repeats an earlier row (e.g. DAPO-Math-17k's copies)
+    where: list[RowFilter] = []  # keep only the rows every filter accepts
     sha256: SHA256 | None  # of the normalized set from this source; null (explicit) = not computable offline
 
 
@@ -99,6 +126,7 @@ class LocalSource(Strict):
     path: str  # a file (jsonl, json list, parquet); relative paths are relative to the repository root
     fields: Fields = IDENTITY_FIELDS
     dedupe: bool = False
+    where: list[RowFilter] = []  # keep only the rows every filter accepts
     sha256: SHA256 | None
 
     def resolve(self) -> Path:

@@ -20,6 +20,7 @@ from dppo_bench.config.specs import (
     Fields,
     HubSource,
     LocalSource,
+    RowFilter,
 )
 from dppo_bench.errors import UserError
 from dppo_bench.io import read_complete_jsonl
@@ -57,6 +58,7 @@ class ProblemSet:
     source_kind: str  # "local" | "hub"
     pinned_sha256: str | None  # what the spec pins for this source (None: not pinned)
     dropped_duplicates: int = 0
+    filtered_out: int = 0  # rows the source's ``where`` filters left out
 
     def by_id(self) -> dict[str, Problem]:
         return {p.id: p for p in self.problems}
@@ -188,6 +190,33 @@ def _boxed_answer(solution: str) -> str:
     return found[1]
 
 
+def select_rows(rows: list[dict], where: list[RowFilter], origin: str) -> list[dict]:
+    """The rows every filter of ``where`` accepts; a row without a filter's column is an error naming it."""
+    if not where:
+        return rows
+    kept = []
+    for i, row in enumerate(rows):
+        for rule in where:
+            try:
+                value = _lookup(row, rule.column, i)
+            except KeyError:
+                raise DataError(f"{origin}: row {i}: where: no column {rule.column!r}") from None
+            if rule.one_of is not None and not any(_same(value, v) for v in rule.one_of):
+                break
+            if rule.pattern is not None and (value is None or not re.fullmatch(rule.pattern, str(value))):
+                break
+        else:
+            kept.append(row)
+    if not kept:
+        raise DataError(f"{origin}: the where filters keep none of its {len(rows)} rows")
+    return kept
+
+
+def _same(value: object, wanted: object) -> bool:
+    """A filter's value and a row's: equal as written (1 and 1, "1" and "1"), never True == 1."""
+    return value == wanted and isinstance(value, bool) == isinstance(wanted, bool)
+
+
 def normalize(rows: list[dict], fields: Fields, origin: str, dedupe: bool = False) -> tuple[list[Problem], int]:
     """Normalized problems of raw rows, and how many duplicate rows ``dedupe`` dropped.
 
@@ -255,11 +284,13 @@ def load_problem_set(
         origin = str(path)
         rows = read_rows(path)
         field_path = "sources.local.sha256"
-    problems, dropped = normalize(rows, src.fields, origin, src.dedupe)
+    selected = select_rows(rows, src.where, origin)
+    problems, dropped = normalize(selected, src.fields, origin, src.dedupe)
     digest = problems_sha256(problems)
     if verify and src.sha256 is not None and digest != src.sha256:
         raise mismatch(origin, digest, spec, field_path, src.sha256)
-    return ProblemSet(problems, digest, origin, "hub" if use_hub else "local", src.sha256, dropped)
+    kind = "hub" if use_hub else "local"
+    return ProblemSet(problems, digest, origin, kind, src.sha256, dropped, len(rows) - len(selected))
 
 
 def read_normalized(path: Path) -> ProblemSet:

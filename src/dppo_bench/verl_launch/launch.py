@@ -281,7 +281,7 @@ def _attempt(run: VerlRun, trainer: Callable[..., tuple[int, dict]], held: ExitS
     s, v = run.setting, run.setting.verl
     placement(run.env, v.nodes)  # before anything is written: a multi-node run needs an allocation
     data = data_records(run.resolved, run.train_data, run.val_data)
-    metric_map = MetricMap.for_benchmarks(run.resolved.online)
+    metric_map = MetricMap.for_benchmarks(run.resolved.online, s.train.max_response_length)
     model, snapshot = model_record(s)
     lock = held.enter_context(run_lock(run.run_dir.path))
     run.run_dir.create()

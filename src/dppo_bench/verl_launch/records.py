@@ -45,15 +45,20 @@ def read_file_log(path: Path) -> list[tuple[int, dict]]:
     return [(obj["step"], obj["data"]) for _, obj in rows]
 
 
+CLIP_KEY, CLIP_LONGEST = "response_length/clip_ratio", "response_length/max"
+
+
 class MetricMap:
     """verl's keys of one run -> canonical names; validation keys need the run's benchmarks."""
 
-    def __init__(self, benchmarks: Mapping[str, str]):
-        """``benchmarks``: data_source -> benchmark id, for every online validation set of the run."""
+    def __init__(self, benchmarks: Mapping[str, str], max_response_length: int | None = None):
+        """``benchmarks``: data_source -> benchmark id, for every online validation set of the run;
+        ``max_response_length``: the run's token limit, which verl's clip ratio is corrected by (see :meth:`row`)."""
         self.benchmarks = dict(benchmarks)
+        self.max_response_length = max_response_length
 
     @classmethod
-    def for_benchmarks(cls, benchmarks: Iterable[BenchmarkSpec]) -> MetricMap:
+    def for_benchmarks(cls, benchmarks: Iterable[BenchmarkSpec], max_response_length: int | None = None) -> MetricMap:
         by_source: dict[str, str] = {}
         for b in benchmarks:
             source = b.data_source
@@ -63,7 +68,7 @@ class MetricMap:
                     "metrics are keyed by data_source, so one run cannot validate on both"
                 )
             by_source[source] = b.id
-        return cls(by_source)
+        return cls(by_source, max_response_length)
 
     def name(self, key: str) -> str | None:
         if key in canonical.VERL_KEYS:
@@ -81,6 +86,14 @@ class MetricMap:
             if name is None or isinstance(value, bool) or not isinstance(value, int | float):
                 continue
             out[name] = value if math.isfinite(value) else None
+        # verl's response_length/clip_ratio is the share of responses as long as the batch's response tensor, which
+        # verl's v1 trainer pads to the batch's longest response, not to the token limit: with no response cut off,
+        # it counts the longest ones (measured with SmolLM2, verl_cpu_smollm). Only when the longest reached the
+        # limit are those the cut-off ones.
+        longest = data.get(CLIP_LONGEST)
+        if self.max_response_length is not None and CLIP_KEY in data and isinstance(longest, int | float):
+            if longest < self.max_response_length:
+                out[canonical.VERL_KEYS[CLIP_KEY]] = 0.0
         return out
 
 
