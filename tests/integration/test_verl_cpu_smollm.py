@@ -149,3 +149,21 @@ def test_rewards_are_math_verify_grades_of_the_decoded_responses(workdir):
     online = {r["step"]: r[f"eval/{BENCHMARK}/avg@4"] for r in rows(workdir, METHOD) if f"eval/{BENCHMARK}/avg@4" in r}
     assert set(scored) == set(online) == {0, steps}
     assert scored == pytest.approx(online, abs=1e-9)
+
+
+def test_a_response_decoded_as_verl_decodes_it_is_graded_on_its_text(real_lm):  # noqa: F811
+    """verl decodes a response with skip_special_tokens=True before the reward sees it: the <|im_end|> that ended it
+    is gone. Kept, it would hide the answer from extraction (no rule reads a value followed by "<|im_end|>"), and a
+    right answer would score 0: the real model's tokenizer must mark its stop token special."""
+    from transformers import AutoTokenizer
+
+    from dppo_bench.eval.grading import grade
+
+    tokenizer = AutoTokenizer.from_pretrained(real_lm)
+    assert set(SPECIAL) <= set(tokenizer.all_special_tokens)
+    text = "Sam has 7 boxes with 8 books in each box, so 7 * 8 = 56 books in total."  # a real response (step 0)
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    decoded = tokenizer.decode(ids, skip_special_tokens=True)
+    assert decoded == text and grade(decoded, "56", "integer").correct
+    kept = tokenizer.decode(ids, skip_special_tokens=False)
+    assert kept.endswith("<|im_end|>") and not grade(kept, "56", "integer").correct
