@@ -34,6 +34,7 @@ def test_probe_table_gives_the_ratio_and_tv_quantiles_per_mu_bin(tmp_path):
     assert [float(rare[f"π/μ q{q}"]) for q in ("05", "50", "95")] == pytest.approx([0.55, 1.0, 1.45], rel=1e-4)
     assert [float(likely[f"π/μ q{q}"]) for q in ("05", "50", "95")] == pytest.approx([1.0, 1.0, 1.0], rel=1e-4)
     assert float(rare["TV q50"]) == pytest.approx(0.02) and float(likely["TV q95"]) == pytest.approx(0.001)
+    assert float(rare["|π − μ| q50"]) == pytest.approx(0.005 * 0.25) and float(likely["|π − μ| q95"]) == 0.0
     assert rows["[0.5, 0.6)"]["tokens"] == "0" and rows["[0.5, 0.6)"]["π/μ q50"] == ""  # empty bin
     assert (out / "figure.png").stat().st_size > 0 and (out / "figure.pdf").stat().st_size > 0
     md = (out / "table.md").read_text()

@@ -38,9 +38,13 @@ FIRST_OF_SETTING = {setting: method for setting, method in reversed(PAIRS)}
 
 
 def test_every_verl_setting_is_in_some_experiment():
-    verl = {s for s, v in SETTINGS.items() if v.backend == "verl"}
+    """Trained in one, or, for a setting probed through an engine instead of verl (``probe:``), probed in one."""
+    verl = {s for s, v in SETTINGS.items() if v.backend == "verl" and v.probe is None}
     assert verl == {s for s, _ in PAIRS} and len(verl) == 11
     assert len(PAIRS) >= 40
+    engine_probed = {s for s, v in SETTINGS.items() if v.probe is not None}
+    probed = {s for path in EXPERIMENTS_DIR.glob("*.yaml") for s in load_experiment(path).probes}
+    assert engine_probed and engine_probed <= probed
 
 
 @pytest.mark.parametrize(

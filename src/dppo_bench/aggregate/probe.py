@@ -38,19 +38,22 @@ def binned(tokens: MismatchTokens, values: np.ndarray) -> list[dict]:
     return rows
 
 
+QUANTITIES = {"ratio": "π/μ", "abs_diff": "|π − μ|", "tv": "TV"}  # a probe panel's quantity: its table name
+
+
 def quantity(tokens: MismatchTokens, probe: str) -> np.ndarray:
-    return tokens.ratio if probe == "ratio" else tokens.tv
+    return {"ratio": tokens.ratio, "abs_diff": np.abs(tokens.pi - tokens.mu), "tv": tokens.tv}[probe]
 
 
 def table_rows(records: dict[str, MismatchTokens]) -> list[dict]:
-    """One row per setting and mu bin: tokens, the ratio's and the TV's 5/50/95% quantiles."""
+    """One row per setting and mu bin: tokens, and the 5/50/95% quantiles of the ratio, |pi - mu| and the TV."""
     rows = []
     for setting, tokens in records.items():
-        ratio, tv = binned(tokens, tokens.ratio), binned(tokens, tokens.tv)
-        for r, t in zip(ratio, tv, strict=True):
-            row = {"setting": setting, "mu bin": f"[{r['lo']:g}, {r['hi']:g})", "tokens": r["tokens"]}
-            for name, cells in (("π/μ", r["q"]), ("TV", t["q"])):
-                row.update({f"{name} q{round(100 * q):02d}": v for q, v in zip(QUANTILES, cells, strict=True)})
+        per_quantity = {name: binned(tokens, quantity(tokens, probe)) for probe, name in QUANTITIES.items()}
+        for b, first in enumerate(per_quantity["π/μ"]):
+            row = {"setting": setting, "mu bin": f"[{first['lo']:g}, {first['hi']:g})", "tokens": first["tokens"]}
+            for name, bins in per_quantity.items():
+                row.update({f"{name} q{round(100 * q):02d}": v for q, v in zip(QUANTILES, bins[b]["q"], strict=True)})
             rows.append(row)
     return rows
 

@@ -33,6 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def probe_mismatch(args: argparse.Namespace) -> int:
     setting = find_setting(args.setting)
+    if setting.probe is not None:
+        return probe_engine(args, setting)
     if setting.backend == "verl":
         return probe_verl(args, setting)
     if args.base_model is None or args.train_data is None:
@@ -42,6 +44,19 @@ def probe_mismatch(args: argparse.Namespace) -> int:
     record = probe(setting, args.base_model, args.train_data, args.seed)
     write_tokens(args.out, record["mu"], record["pi"], record["tv"], record["meta"])
     print(f"{args.out}: {len(record['mu'])} tokens of {record['meta']['sequences']} sequences")
+    return 0
+
+
+def probe_engine(args: argparse.Namespace, setting) -> int:
+    """The setting's model through its probe's engine (dppo_bench.probe.engines), on its training parquet."""
+    if args.train_data is None:
+        raise UserError("an engine probe needs --train-data (the setting's training parquet)")
+    from dppo_bench.probe.engines import probe_engine as probe  # heavy: torch, transformers and the engine
+
+    record = probe(setting, Path(setting.verl.model.path), args.train_data, args.seed)
+    write_tokens(args.out, record["mu"], record["pi"], record["tv"], record["meta"])
+    meta = record["meta"]
+    print(f"{args.out}: {len(record['mu'])} tokens of {meta['sequences']} sequences from {meta['rollout']}")
     return 0
 
 

@@ -32,8 +32,8 @@ class RunGroup(Strict):
 class Panel(Strict):
     title: str
     metrics: list[str] = []  # one curve per run and metric (e.g. max and min of pi - mu)
-    # or a panel of the mismatch probes (Fig. 2): pi/mu or the TV of every probed token against mu
-    probe: Literal["ratio", "tv"] | None = None
+    # or a panel of the mismatch probes (Fig. 2): pi/mu, |pi - mu| or the TV of every probed token against mu
+    probe: Literal["ratio", "abs_diff", "tv"] | None = None
     yscale: Literal["linear", "log"] = "linear"
     smooth: Annotated[float, Field(ge=0.0)] = 0.0  # Gaussian sigma in logged points; the paper: 2, AIME: 0
     ylabel: str | None = None

@@ -33,7 +33,10 @@ def setting_sha256(dump: dict) -> str:
     """The training identity of a setting's JSON dump, by today's rule of what it leaves out. A run's record holds the
     dump it was trained with, so a record made under an older rule is judged by what it computed, not by the hash it
     stored: a field's leaving the identity (as evaluation did) makes no finished run stale."""
-    return dump_identity_sha256(dump, LOCAL_NOT_IDENTITY if dump.get("backend") == "local" else SETTING_NOT_IDENTITY)
+    left_out = LOCAL_NOT_IDENTITY if dump.get("backend") == "local" else SETTING_NOT_IDENTITY
+    if dump.get("probe") is None:  # no engine probe: the setting is what it was before settings could have one
+        left_out = (*left_out, "probe")
+    return dump_identity_sha256(dump, left_out)
 
 
 class TrainSpec(Strict):
@@ -206,6 +209,21 @@ class VerlSpec(Strict):
     device: Literal["cuda", "cpu"] = "cuda"
 
 
+class EngineProbe(Strict):
+    """Fig. 2's probe of a verl setting's model through an inference engine, without verl
+    (:mod:`dppo_bench.probe.engines`): the engine samples one batch, an fp32 trainer scores it at the same weights."""
+
+    engine: Literal["vllm", "local"]  # vLLM in bf16, or the suite's own engine in the format ``rollout`` gives
+    rollout: RolloutFormat | None = None  # the local engine's numeric format (local only)
+    top_k: PositiveInt = 20  # mu's kept set: the TV is over it plus the rest (vLLM returns at most 20 by default)
+
+    @model_validator(mode="after")
+    def _check_format(self) -> EngineProbe:
+        if (self.rollout is None) == (self.engine == "local"):
+            raise FieldError("rollout", "the local engine needs a numeric format (rollout), and only it")
+        return self
+
+
 class Setting(Strict):
     """``recipes/settings/<id>.yaml``: one training setting (model x data x budget x engine)."""
 
@@ -220,6 +238,7 @@ class Setting(Strict):
     eval: EvalSpec
     local: LocalSpec | None = None
     verl: VerlSpec | None = None
+    probe: EngineProbe | None = None  # probed through this engine instead of verl (a verl setting's model)
 
     @model_validator(mode="after")
     def _check_backend(self) -> Setting:
@@ -231,6 +250,10 @@ class Setting(Strict):
             raise FieldError("train.mini_batches", "must divide prompts_per_step (verl counts mini-batches in prompts)")
         if len(set(self.seeds)) < len(self.seeds):
             raise FieldError("seeds", f"a seed is listed twice: {self.seeds}")
+        if self.probe is not None and self.backend != "verl":
+            raise FieldError(
+                "probe", "an engine probe reads a verl setting's model and data (local settings probe their own)"
+            )
         benchmarks = self.eval.benchmarks
         if not benchmarks:
             raise FieldError("eval.offline", "list at least one benchmark (eval.online or eval.offline)")
