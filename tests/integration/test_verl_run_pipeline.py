@@ -19,41 +19,42 @@ EXPERIMENT_IDS = sorted(p.stem for p in EXPERIMENTS_DIR.glob("*.yaml"))
 
 def expected_jobs(experiment_id: str) -> dict[str, int]:
     """What the experiment's yaml implies: one training per run, one evaluation per run and benchmark, one mismatch
-    probe per probed setting, data preparation per distinct dataset, the tables (and a figure with panels) and the
-    target itself."""
+    probe per probed setting, data preparation per distinct dataset, one build per packaged model, the tables (and a
+    figure with panels) and the target itself."""
+    from dppo_bench.config import base_setting_id
+
     e = load_experiment(EXPERIMENTS_DIR / f"{experiment_id}.yaml")
     counts: dict[str, int] = {}
-    data, bases, tiny_data = set(), set(), set()
+    data, bases, tiny_data, models = set(), set(), set(), set()
+
+    def reads(s) -> None:
+        """What a training run or a probe of setting ``s`` reads, each built once whoever reads it."""
+        if s.backend == "verl":
+            data.update({s.verl.train_data, *s.eval.benchmarks})
+            path = s.verl.model.path
+            if path.startswith("results/base/"):  # a tiny base model the pipeline pretrains
+                bases.add(path.split("/")[2])
+                tiny_data.add("tiny_sanity")  # the tiny task's splits, which the tiny datasets are prepared from
+            if path.startswith("results/models/"):  # a packaged model the pipeline converts (rule packaged_model)
+                models.add(path.split("/")[2])
+        else:
+            bases.add(base_setting_id(s.id))
+            tiny_data.add(base_setting_id(s.id))
+
     for setting_id, _, _ in e.run_keys(lambda s: find_setting(s).seeds):
         s = find_setting(setting_id)
         rule, evaluate = ("train_gpu", "evaluate_gpu") if on_gpus(s) else ("train", "evaluate")  # (profiles/slurm)
         counts[rule] = counts.get(rule, 0) + 1
         counts[evaluate] = counts.get(evaluate, 0) + len(s.eval.benchmarks)
-        if s.backend == "verl":
-            data |= {s.verl.train_data, *s.eval.benchmarks}
-            if s.verl.model.path.startswith("results/base/"):  # a tiny base model the pipeline pretrains
-                bases.add(s.verl.model.path.split("/")[2])
-                tiny_data.add("tiny_sanity")  # the tiny task's splits, which the tiny datasets are prepared from
-        else:
-            from dppo_bench.config import base_setting_id
-
-            bases.add(base_setting_id(setting_id))
-            tiny_data.add(base_setting_id(setting_id))
-    for setting_id in e.probes:  # a probe reads what a training run of its setting reads
+        reads(s)
+    for setting_id in e.probes:
         s = find_setting(setting_id)
         rule = {"local": "probe_mismatch_local", "verl": "probe_mismatch_verl"}[s.backend]
         rule = "probe_mismatch_gpu" if on_gpus(s) else rule
         counts[rule] = counts.get(rule, 0) + 1
-        if s.backend == "verl":
-            data |= {s.verl.train_data, *s.eval.benchmarks}
-            if s.verl.model.path.startswith("results/base/"):  # a tiny base model the pipeline pretrains
-                bases.add(s.verl.model.path.split("/")[2])
-                tiny_data.add("tiny_sanity")
-        else:
-            from dppo_bench.config import base_setting_id
-
-            bases.add(base_setting_id(setting_id))
-            tiny_data.add(base_setting_id(setting_id))
+        reads(s)
+    if models:
+        counts["packaged_model"] = len(models)
     if data:
         counts["prepare_data"] = len(data)
     if bases:

@@ -14,7 +14,8 @@ LAYERS = [
     {"config"},
     {"provenance", "problem_sets"},
     {"rundir", "runlock", "masked_token_files"},
-    {"eval", "local", "probe", "verl_plugin", "verl_launch", "aggregate", "plan", "verify", "start_checks"},
+    {"eval", "local", "probe", "verl_plugin", "verl_launch", "aggregate", "plan", "verify", "start_checks"}
+    | {"packaged_model"},  # converts a wheel's model file into local's save format
     {"commands", "cli", "__main__"},
 ]
 KNOWN_BACK_ARROWS: set[tuple[str, str]] = set()  # arrows that run back up, each with its reason: none today
