@@ -72,6 +72,7 @@ def sample_vllm(model_dir: Path, prompts: list[list[int]], setting: Setting, top
     """One batch from vLLM in bf16, with mu's kept set (its top-K, the sampled token forced in) per token."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB: the CPU build sizes its KV cache from this
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process: one model load
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # pinned to one core, it waits on all else there
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 

@@ -187,6 +187,9 @@ def device_env(setting: Setting) -> dict[str, str]:
         "VERL_ENGINE_DEVICE": "cuda",  # selects verl's FSDP engine class (registered for cuda/npu); it runs on CPU
         "OMP_NUM_THREADS": "1",  # one thread per process: Ray runs more processes than there are cores
         "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB: vLLM's CPU build sizes its KV cache from this, not from utilization
+        # vLLM's CPU build pins its model worker to one core of its own choosing ("auto"), where Ray's processes and
+        # its own scheduler then preempt it on every decode step: measured 278 s for one step's rollout pinned
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
     }
 
 
