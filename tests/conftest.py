@@ -38,11 +38,7 @@ def shared_data() -> Path:
 # module fixtures (a verl run, a pipeline) are built once per file; the SLURM tests go together, as their cluster is
 # one per session. The longest groups start first, so that no worker begins one of them when the others are nearly
 # done.
-LONGEST_FIRST = (
-    "tests/integration/test_verl_cpu_pipeline.py",
-    "tests/integration/test_verl_cpu_smollm.py",
-    "tests/slurm",
-)
+LONGEST_FIRST = ("tests/integration/test_verl_cpu_pipeline.py", "tests/slurm")
 
 
 def _worker_group(nodeid: str) -> str:

@@ -4,12 +4,14 @@ to end, in its reduced form: tests/integration/test_gpu_check.py)."""
 import importlib.util
 import json
 import sys
+from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO_ROOT
 
 from dppo_bench.config import find_setting
+
+REPO_ROOT = Path(__file__).resolve().parents[2]  # not conftest's: "conftest" may name tests/slurm's under xdist
 
 
 @pytest.fixture(scope="module")
