@@ -36,13 +36,19 @@ def shared_data() -> Path:
 
 # `make test` runs the suite on pytest-xdist workers (-n, --no-loadscope-reorder). Each file goes to one worker, as its
 # module fixtures (a verl run, a pipeline) are built once per file; the SLURM tests go together, as their cluster is
-# one per session. The longest groups start first, so that no worker begins one of them when the others are nearly
+# one per session. The verl end-to-end files go together too, one after the other: a verl run on the CPU holds about
+# 7 GB in its 15 processes, and beside the verl module's own two at a time a third (the real-LM test's) ran the
+# 24 GB machine out of memory in CI: Ray's monitor killed workers, and verl waited on their requests until the
+# test's timeout. The longest groups start first, so that no worker begins one of them when the others are nearly
 # done.
-LONGEST_FIRST = ("tests/integration/test_verl_cpu_pipeline.py", "tests/slurm")
+VERL_END_TO_END = ("tests/integration/test_verl_cpu_pipeline.py", "tests/integration/test_verl_cpu_smollm.py")
+LONGEST_FIRST = ("verl end-to-end", "tests/slurm")
 
 
 def _worker_group(nodeid: str) -> str:
     path = nodeid.split("::", 1)[0]
+    if path in VERL_END_TO_END:
+        return "verl end-to-end"
     return "tests/slurm" if path.startswith("tests/slurm/") else path
 
 

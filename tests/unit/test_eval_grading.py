@@ -211,7 +211,9 @@ def test_the_cpu_time_limit_refires_when_a_raise_is_swallowed():
 
     t0 = time.process_time()
     assert guarded(stubborn, 0.3) == (None, True)
-    assert 0.3 < time.process_time() - t0 < 1.5
+    # Stopped after its limit and one refire, not let run on. The kernel's profiling timer and process_time() sample
+    # CPU time apart: on a loaded CI machine the second raise came at 0.294 s of process_time for 0.35 s of timer.
+    assert 0.2 < time.process_time() - t0 < 1.5
 
 
 def test_limits_are_cpu_time_not_wall_time():

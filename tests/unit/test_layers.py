@@ -8,14 +8,24 @@ PACKAGE = Path(__file__).resolve().parents[2] / "src" / "dppo_bench"
 
 # Lowest first. Within a layer, imports may go either way unless they close a cycle.
 LAYERS = [
-    {"canonical", "io", "errors", "tex"},
+    {"canonical", "io", "errors", "tex", "vllm_cpu"},
     {"divergence", "topk", "mismatch"},
     {"methods"},
     {"config"},
     {"provenance", "problem_sets"},
     {"rundir", "runlock", "masked_token_files"},
-    {"eval", "local", "probe", "verl_plugin", "verl_launch", "aggregate", "plan", "verify", "start_checks"}
-    | {"packaged_model"},  # converts a wheel's model file into local's save format
+    {
+        "eval",
+        "local",
+        "probe",
+        "verl_plugin",
+        "verl_launch",
+        "aggregate",
+        "plan",
+        "verify",
+        "start_checks",
+        "packaged_model",  # converts a wheel's model file into local's save format
+    },
     {"commands", "cli", "__main__"},
 ]
 KNOWN_BACK_ARROWS: set[tuple[str, str]] = set()  # arrows that run back up, each with its reason: none today

@@ -29,6 +29,7 @@ from dppo_bench.errors import UserError
 from dppo_bench.local.model import load_model, response_logits
 from dppo_bench.local.rollout import RolloutBatch, RolloutEngine
 from dppo_bench.local.trainer import generator
+from dppo_bench.vllm_cpu import VLLM_CPU_ENV
 
 TRAINER_CHUNK = 4  # sequences per trainer forward: the logits of a 49k vocabulary are 200 kB per token in fp32
 
@@ -70,9 +71,9 @@ def left_padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
 
 def sample_vllm(model_dir: Path, prompts: list[list[int]], setting: Setting, top_k: int, seed: int) -> RolloutBatch:
     """One batch from vLLM in bf16, with mu's kept set (its top-K, the sampled token forced in) per token."""
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB: the CPU build sizes its KV cache from this
+    for name, value in VLLM_CPU_ENV.items():
+        os.environ.setdefault(name, value)
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process: one model load
-    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # pinned to one core, it waits on all else there
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 

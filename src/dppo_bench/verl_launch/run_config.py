@@ -24,6 +24,7 @@ from dppo_bench.verl_plugin.contract import (
     PLUGIN_MODULE,
     RAY_ENV_VARS,
 )
+from dppo_bench.vllm_cpu import VLLM_CPU_ENV
 
 ROLLOUT = "actor_rollout_ref.rollout"
 MODEL = "actor_rollout_ref.model"
@@ -186,10 +187,7 @@ def device_env(setting: Setting) -> dict[str, str]:
         CPU_SWITCH: "cpu",
         "VERL_ENGINE_DEVICE": "cuda",  # selects verl's FSDP engine class (registered for cuda/npu); it runs on CPU
         "OMP_NUM_THREADS": "1",  # one thread per process: Ray runs more processes than there are cores
-        "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB: vLLM's CPU build sizes its KV cache from this, not from utilization
-        # vLLM's CPU build pins its model worker to one core of its own choosing ("auto"), where Ray's processes and
-        # its own scheduler then preempt it on every decode step: measured 278 s for one step's rollout pinned
-        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        **VLLM_CPU_ENV,
     }
 
 
