@@ -14,8 +14,10 @@
    stopped at its share of the time budget; their reward and |pi - mu| at equal parameters reported.
 
 ``--cpu`` runs the same code on the CPU at reduced sizes (CI runs it, so that the script is known to work before a
-card runs it; its parity compares the CPU with itself). verl, Ray and vLLM are refused at import: the card's image
-has none of them. Writes ``report.json`` to ``--out``; exits 1 when a parity check fails or a part raises.
+card runs it). Its parity compares the CPU with the CPU on the batch in reverse order: the sums run in another order,
+as a card's kernels run them, and a loss that depended on the batch's order would fail. verl, Ray and vLLM are
+refused at import: the card's image has none of them. Writes ``report.json`` to ``--out``; exits 1 when a parity
+check fails or a part raises.
 """
 
 from __future__ import annotations
@@ -139,11 +141,16 @@ def parity(device: torch.device, size: tuple[int, int, int], profile: str) -> di
     k = min(20, size[2])
     data = parity_inputs(*size, k)
     rows, cpu = [], torch.device("cpu")
+    # On the CPU itself (--cpu) the other side takes the sequences in reverse order: the same kernels, other sums
+    reverse = device == cpu
+    other = {name: v.flip(0) for name, v in data.items()} if reverse else data
     for recipe, name, mode in cases:
         loss = Loss.of(recipe, name, mode, {})
         for dtype in TOLERANCE:
             ref_loss, ref_grad, ref_stats, ref_masked = loss_and_grad(loss, data, cpu, dtype)
-            dev_loss, dev_grad, _, dev_masked = loss_and_grad(loss, data, device, dtype)
+            dev_loss, dev_grad, _, dev_masked = loss_and_grad(loss, other, device, dtype)
+            if reverse:
+                dev_grad, dev_masked = dev_grad.flip(0), dev_masked.flip(0)
             loss_err = abs(dev_loss - ref_loss) / max(abs(ref_loss), 1e-12)
             grad_err = (dev_grad - ref_grad).abs().max().item() / max(ref_grad.abs().max().item(), 1e-30)
             flipped = int((dev_masked != ref_masked).sum())  # token by token: flips both ways count, none cancel
@@ -153,7 +160,8 @@ def parity(device: torch.device, size: tuple[int, int, int], profile: str) -> di
                 "mask_frac": ref_stats.get("mask_frac"),
                 "passed": loss_err <= TOLERANCE[dtype] and grad_err <= TOLERANCE[dtype],
             })  # fmt: skip
-    return {"cases": rows, "passed": all(r["passed"] for r in rows)}
+    against = "the CPU, sequences in reverse order" if reverse else "the CPU"
+    return {"against": against, "cases": rows, "passed": all(r["passed"] for r in rows)}
 
 
 # -- 2. Top-K cost --------------------------------------------------------------------------------------------
@@ -248,8 +256,8 @@ def print_report(report: dict) -> None:
                   f"{'' if r['passed'] else '  FAIL'}")  # fmt: skip
     if p.get("cases"):
         worst = {d: max(r["grad_rel_err"] for r in p["cases"] if r["dtype"] == d) for d in ("float32", "bfloat16")}
-        print(f"  {len(p['cases'])} cases; largest gradient error fp32 {worst['float32']:.1e}, "
-              f"bf16 {worst['bfloat16']:.1e}")  # fmt: skip
+        print(f"  {len(p['cases'])} cases against {p['against']}; largest gradient error fp32 "
+              f"{worst['float32']:.1e}, bf16 {worst['bfloat16']:.1e}")  # fmt: skip
     t = report.get("topk", {})
     if "ratio" in t:
         print(f"  top-K added {t['ratio']:.4f}x of the log-softmax pass at {t['tokens']} tokens "

@@ -36,19 +36,20 @@ def shared_data() -> Path:
 
 # `make test` runs the suite on pytest-xdist workers (-n, --no-loadscope-reorder). Each file goes to one worker, as its
 # module fixtures (a verl run, a pipeline) are built once per file; the SLURM tests go together, as their cluster is
-# one per session. The verl end-to-end files go together too, one after the other: a verl run on the CPU holds about
-# 7 GB in its 15 processes, and beside the verl module's own two at a time a third (the real-LM test's) ran the
-# 24 GB machine out of memory in CI: Ray's monitor killed workers, and verl waited on their requests until the
-# test's timeout. The longest groups start first, so that no worker begins one of them when the others are nearly
+# one per session. The tests that start vLLM on the real LM go together too, one after the other. A verl CPU run holds
+# about 7 GB (the real LM's more), the in-process engine probe about 3: in CI the real-LM run beside two of the toy
+# module's ran the 24 GB machine out of memory, Ray's monitor killed workers, and verl waited on their requests until
+# the test's timeout. With the toy module's runs one at a time (test_verl_cpu_pipeline.py), at most two verl runs are
+# alive at once. The longest groups start first, so that no worker begins one of them when the others are nearly
 # done.
-VERL_END_TO_END = ("tests/integration/test_verl_cpu_pipeline.py", "tests/integration/test_verl_cpu_smollm.py")
-LONGEST_FIRST = ("verl end-to-end", "tests/slurm")
+REAL_LM_VLLM = ("tests/integration/test_verl_cpu_smollm.py", "tests/integration/test_engine_probe.py")
+LONGEST_FIRST = ("tests/integration/test_verl_cpu_pipeline.py", "real LM on vLLM", "tests/slurm")
 
 
 def _worker_group(nodeid: str) -> str:
     path = nodeid.split("::", 1)[0]
-    if path in VERL_END_TO_END:
-        return "verl end-to-end"
+    if path in REAL_LM_VLLM:
+        return "real LM on vLLM"
     return "tests/slurm" if path.startswith("tests/slurm/") else path
 
 

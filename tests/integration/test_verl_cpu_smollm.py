@@ -65,7 +65,8 @@ def workdir(tmp_path_factory, real_lm):  # noqa: F811
     }  # fmt: skip
     # ... which the session has built once already (tests/real_lm.py): linked in, not converted again
     shutil.copytree(real_lm, workdir / MODEL, copy_function=os.link)
-    done = snakemake(workdir, "--cores", "2", f"results/runs/{SETTING}/{METHOD}/seed0/eval/{BENCHMARK}/summary.json")
+    target = f"results/runs/{SETTING}/{METHOD}/seed0/eval/{BENCHMARK}/summary.json"
+    done = snakemake(workdir, "--cores", "2", target, timeout=3600)  # a guard against a hang: 18 minutes in CI
     assert done.returncode == 0, done.stderr[-5000:]
     return workdir
 

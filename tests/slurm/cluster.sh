@@ -83,8 +83,9 @@ MpiDefault=none
 SchedulerType=sched/builtin
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
-# squeue shows a finished job this long; the plugin's squeue status queries need at least 3 x its first wait
-MinJobAge=300
+# squeue shows a finished job this long; the plugin's squeue status queries need at least 3 x its first wait, and
+# the tests count a run's jobs in squeue after it ends (tiny_smoke took 550 s in a loaded CI: 300 lost its first)
+MinJobAge=3600
 KillWait=10
 ReturnToService=2
 SlurmdParameters=config_overrides

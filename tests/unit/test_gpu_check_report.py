@@ -69,6 +69,22 @@ def test_mask_decisions_differing_counts_flips_in_both_directions_token_by_token
     assert [r["mask_decisions_differing"] for r in rows] == flips
 
 
+def test_on_the_cpu_the_parity_takes_the_batch_in_reverse_order_and_can_fail(gpu_check, monkeypatch):
+    """--cpu's parity compares no computation with itself: a loss that weighed the first sequence apart from the
+    others gives another value on the reversed batch, and fails."""
+    real, cpu = gpu_check.rule_loss, torch.device("cpu")
+    profile = find_setting("gpu_check").hyperparameter_profile
+    honest = gpu_check.parity(cpu, (2, 16, 64), profile)
+    assert honest["passed"] and honest["against"] == "the CPU, sequences in reverse order"
+
+    def first_sequence_apart(loss, log_pi, log_softmax, batch, on_masked):
+        value, stats = real(loss, log_pi, log_softmax, batch, on_masked)
+        return value + log_pi[0].sum(), stats
+
+    monkeypatch.setattr(gpu_check, "rule_loss", first_sequence_apart)
+    assert not any(r["passed"] for r in gpu_check.parity(cpu, (2, 16, 64), profile)["cases"])
+
+
 def test_a_run_of_no_steps_is_reported_as_n_a(gpu_check, capsys):
     none = {"status": "stopped", "last_step": 0, **gpu_check.summary([])}
     assert none["steps"] == 0 and none["step_s_median"] is None
