@@ -36,12 +36,10 @@ def shared_data() -> Path:
 
 # `make test` runs the suite on pytest-xdist workers (-n, --no-loadscope-reorder). Each file goes to one worker, as its
 # module fixtures (a verl run, a pipeline) are built once per file; the SLURM tests go together, as their cluster is
-# one per session. The tests that start vLLM on the real LM go together too, one after the other. A verl CPU run holds
-# about 7 GB (the real LM's more), the in-process engine probe about 3: in CI the real-LM run beside two of the toy
-# module's ran the 24 GB machine out of memory, Ray's monitor killed workers, and verl waited on their requests until
-# the test's timeout. With the toy module's runs one at a time (test_verl_cpu_pipeline.py), at most two verl runs are
-# alive at once. The longest groups start first, so that no worker begins one of them when the others are nearly
-# done.
+# one per session. The tests that start vLLM on the real LM go together too, the verl run first: the in-process
+# engine probe leaves about 3 GB in its worker until the session ends, which beside the real-LM verl run and one of
+# the toy module's would leave the 24 GB machine too little (tests/verl_memory.py). The longest groups start first, so
+# that no worker begins one of them when the others are nearly done.
 REAL_LM_VLLM = ("tests/integration/test_verl_cpu_smollm.py", "tests/integration/test_engine_probe.py")
 LONGEST_FIRST = ("tests/integration/test_verl_cpu_pipeline.py", "real LM on vLLM", "tests/slurm")
 
@@ -55,7 +53,13 @@ def _worker_group(nodeid: str) -> str:
 
 def pytest_collection_modifyitems(items):
     rank = {group: i for i, group in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(_worker_group(item.nodeid), len(rank)))  # stable: the rest as collected
+    files = {path: i for i, path in enumerate(REAL_LM_VLLM)}
+
+    def key(item):
+        path = item.nodeid.split("::", 1)[0]
+        return rank.get(_worker_group(item.nodeid), len(rank)), files.get(path, 0)
+
+    items.sort(key=key)  # stable: the rest as collected
 
 
 @pytest.hookimpl(optionalhook=True)

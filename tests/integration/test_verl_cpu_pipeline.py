@@ -22,12 +22,14 @@ import subprocess
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
 import pytest
 from ray_fixtures import foreign_ray_head
 from snakemake_fixtures import ENV, job_counts, recipe_root, snakemake
+from verl_memory import one_more_verl_run
 
 from dppo_bench.config import find_setting
 from dppo_bench.config.roots import ROOT_VARIABLE
@@ -126,14 +128,16 @@ def workdir(tmp_path_factory, root, foreign_ray):
     # (6 minutes instead of 1 in CI).
     prepared = snakemake(workdir, "--cores", "2", *DATA, MODEL, "--set-threads", "tiny_pretrain=1", root=root)
     assert prepared.returncode == 0, prepared.stderr[-3000:]
-    # One verl run at a time: a run holds about 7 GB, and beside the real-LM module's run (tests/conftest.py) a second
-    # would leave the 24 GB machine too little; and a Ray started beside a run's busy workers missed its raylet's
-    # 30-second start window in CI. The recompute run's two killed attempts first, then the pipeline's runs of the
-    # other methods and the probe, then the pipeline resumes the recompute run.
-    for attempt, after_step in enumerate(KILL_AFTER, start=1):
-        train_until_killed(workdir, root, RECOMPUTE, attempt, after_step)
-    others = [summary(workdir, m) for m in (BINARY, TOPK)] + ["results/verl_cpu_mismatch/table.md"]
-    pipeline = snakemake(workdir, "--cores", "2", *others, root=root, timeout=VERL_TIMEOUT_S)
+    # The killed attempts beside the pipeline's runs of the other methods and the probe: each verl run spends most of
+    # its minutes starting Ray, its workers and vLLM, with cores to spare. Two runs at once: none of another module's
+    # beside them (tests/verl_memory.py). Snakemake plans none of the recompute run's jobs until the attempts are over.
+    with one_more_verl_run(tmp_path_factory), ThreadPoolExecutor(max_workers=1) as attempts:
+        killed = attempts.submit(
+            lambda: [train_until_killed(workdir, root, RECOMPUTE, a, s) for a, s in enumerate(KILL_AFTER, start=1)]
+        )
+        others = [summary(workdir, m) for m in (BINARY, TOPK)] + ["results/verl_cpu_mismatch/table.md"]
+        pipeline = snakemake(workdir, "--cores", "2", *others, root=root, timeout=VERL_TIMEOUT_S)
+        killed.result()
     assert pipeline.returncode == 0, pipeline.stderr[-5000:]
     done = snakemake(workdir, "--cores", "2", summary(workdir, RECOMPUTE), root=root, timeout=VERL_TIMEOUT_S)
     assert done.returncode == 0, done.stderr[-5000:]

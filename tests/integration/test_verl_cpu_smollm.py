@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from real_lm import REAL_LM, real_lm  # noqa: F401 (a fixture)
 from snakemake_fixtures import job_counts, snakemake
+from verl_memory import one_more_verl_run
 
 from dppo_bench.config import find_setting
 
@@ -66,7 +67,8 @@ def workdir(tmp_path_factory, real_lm):  # noqa: F811
     # ... which the session has built once already (tests/real_lm.py): linked in, not converted again
     shutil.copytree(real_lm, workdir / MODEL, copy_function=os.link)
     target = f"results/runs/{SETTING}/{METHOD}/seed0/eval/{BENCHMARK}/summary.json"
-    done = snakemake(workdir, "--cores", "2", target, timeout=3600)  # a guard against a hang: 18 minutes in CI
+    with one_more_verl_run(tmp_path_factory):  # not beside two of the toy module's (tests/verl_memory.py)
+        done = snakemake(workdir, "--cores", "2", target, timeout=3600)  # a guard against a hang: 18 minutes in CI
     assert done.returncode == 0, done.stderr[-5000:]
     return workdir
 
