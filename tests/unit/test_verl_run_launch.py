@@ -107,6 +107,18 @@ def test_crash_then_rerun_keeps_every_step_once(tmp_path, run_inputs):
     assert len(info["resumed_at"]) == 1 and info["status"] == "completed"
 
 
+def test_a_run_resumed_between_validations_validates_as_an_uninterrupted_one(tmp_path, run_inputs):
+    """A checkpoint every 4 steps and validation every 8: resumed from step 4, the attempt must not validate there."""
+    setting, train, val = run_inputs
+    every_8 = (setting.model_copy(update={"eval": setting.eval.model_copy(update={"every": 8})}), train, val)
+    L.launch(make_run(tmp_path, every_8, FAKE_CRASH_AT="7"))
+    run = make_run(tmp_path, every_8)
+    L.launch(run)
+    attempts = run.run_dir.read_run()["attempts"]
+    assert [a["resumed_from"] for a in attempts] == [0, 4]
+    assert "trainer.val_before_train=False" in attempts[1]["overrides"]
+
+
 def test_a_checkpoint_whose_row_was_never_logged_is_validated_again(tmp_path, run_inputs):
     """verl saves step 8's checkpoint, then validates and logs: a crash in between loses step 8's training
     metrics for good (verl never wrote them); the resumed attempt's validation of step 8 is recorded."""

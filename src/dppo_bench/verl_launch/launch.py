@@ -293,8 +293,9 @@ def _attempt(run: VerlRun, trainer: Callable[..., tuple[int, dict]], held: ExitS
     paths = run.paths(k, snapshot)
     wandb_mode = run.env.get("WANDB_MODE", "offline")
     overrides = run_overrides(run.resolved, paths, wandb=run.wandb, wandb_mode=wandb_mode)
-    if resumed and _validated_at(run, resumed):
-        overrides.append("trainer.val_before_train=False")  # that step's validation is recorded already
+    if resumed and (resumed % s.eval.every or _validated_at(run, resumed)):
+        # a step the schedule does not validate (an uninterrupted run has no validation there), or one recorded
+        overrides.append("trainer.val_before_train=False")
     attempt = {"attempt": k, "log": str(paths.metrics_log), "resumed_from": resumed, "started_at": now()}
     attempts.append({**attempt, "overrides": overrides, "folded": False})
     run.run_dir.update_run(
