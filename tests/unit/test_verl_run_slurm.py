@@ -1,6 +1,9 @@
 """Ray inside a SLURM allocation: the srun/ray commands, the start-up order, waiting, stopping; no SLURM needed."""
 
+import os
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -120,6 +123,8 @@ def test_a_missing_scontrol_stops_a_multi_node_run_but_not_a_one_node_one(tmp_pa
 class FakeStep:
     """A ``srun ... ray start --block`` step: runs until terminated (or dies when told to)."""
 
+    stdout = None  # not piped
+
     def __init__(self, argv, dies=False):
         self.argv, self.returncode, self.signals = argv, (1 if dies else None), []
 
@@ -139,11 +144,15 @@ class FakeStep:
 
 
 class FakeSlurm:
-    def __init__(self, answers, die=None):
-        self.answers, self.die, self.steps, self.probed = list(answers), die, [], []
+    """Steps on the nodes of CLUSTER; the step on node ``die`` exits at once, its first ``die_times`` starts."""
+
+    def __init__(self, answers, die=None, die_times=1_000):
+        self.answers, self.die, self.die_times, self.steps, self.probed = list(answers), die, die_times, [], []
 
     def popen(self, argv, env):
-        step = FakeStep(argv, dies=self.die is not None and self.die in argv)
+        dies = self.die is not None and self.die in argv and self.die_times > 0
+        self.die_times -= dies
+        step = FakeStep(argv, dies=dies)
         step.env = env
         self.steps.append(step)
         return step
@@ -172,12 +181,25 @@ def test_head_first_then_workers_then_wait_for_every_gpu():
     assert [s.signals for s in fake.steps] == [["TERM"], ["TERM"], ["TERM"]]  # Ray stopped on every node
 
 
-def test_a_worker_that_dies_stops_the_start_up_with_its_node():
+def test_a_worker_that_keeps_dying_stops_the_start_up_after_its_tries():
     fake = FakeSlurm([(1, 8)], die="gpu03")
     ray = S.RayOnSlurm(CLUSTER, probe=fake.probe, popen=fake.popen, poll_s=0, log=lambda _: None)
-    with pytest.raises(S.ClusterError, match="ray start on gpu03 exited with 1"), ray:
-        pass
+    with pytest.raises(S.ClusterError, match=r"ray start on gpu03 exited with 1 before the cluster was up \(3 tries"):
+        with ray:
+            pass
+    assert [s.argv for s in fake.steps].count(S.worker_command(CLUSTER, "gpu03")) == 3
     assert fake.steps[0].signals == ["TERM"] and fake.steps[1].signals == ["TERM"]
+
+
+def test_a_ray_start_that_exits_before_the_cluster_is_up_is_started_again():
+    """As a loaded node's does when its raylet misses Ray's fixed 30 s window to register."""
+    fake = FakeSlurm([(1, 8), (1, 8), (3, 24)], die="gpu02", die_times=2)
+    logged = []
+    with S.RayOnSlurm(CLUSTER, probe=fake.probe, popen=fake.popen, poll_s=0, log=logged.append):
+        alive = sorted(s.argv for s in fake.steps if s.poll() is None)
+        assert alive == sorted([S.head_command(CLUSTER), *(S.worker_command(CLUSTER, n) for n in ("gpu02", "gpu03"))])
+    assert [s.argv for s in fake.steps].count(S.worker_command(CLUSTER, "gpu02")) == 3
+    assert sum("starting it again" in line for line in logged) == 2
 
 
 def test_a_cluster_that_never_fills_up_times_out():
@@ -244,6 +266,53 @@ def test_run_trainer_builds_the_cluster_and_runs_verl_on_the_head():
         "ray": "10.1.0.1:6379",
         "signal": None,
     }
+
+
+def _trainer(tmp_path, ray_timeouts, code=1):
+    """A trainer (a real process) whose Ray node start times out, with Ray's own message, its first
+    ``ray_timeouts`` starts, each exiting ``code``; the file counts its starts."""
+    starts = tmp_path / "starts"
+    script = (
+        "import pathlib, sys\n"
+        f"p = pathlib.Path({str(starts)!r}); n = int(p.read_text()) if p.exists() else 0; p.write_text(str(n + 1))\n"
+        f"if n < {ray_timeouts}:\n"
+        "    print('Exception: The current node timed out during startup. This could happen because some of the "
+        "raylet failed to startup or the GCS has become overloaded.', file=sys.stderr)\n"
+        f"    sys.exit({code})\n"
+        "print('trained')\n"
+    )
+    return [sys.executable, "-c", script], starts
+
+
+def test_a_one_node_trainer_whose_ray_start_timed_out_is_started_again(tmp_path, capsys):
+    argv, starts = _trainer(tmp_path, ray_timeouts=2)
+    code, where = L.run_trainer(argv, dict(os.environ), 1, 1)
+    out = capsys.readouterr().out
+    assert code == 0 and starts.read_text() == "3" and where["ray_start_failures"] == 2
+    assert "timed out during startup" in out and out.rstrip().endswith("trained")  # its output is passed on
+
+
+def test_the_message_the_launcher_looks_for_is_the_installed_rays():
+    import ray._private.node
+
+    assert L.RAY_NODE_TIMEOUT in Path(ray._private.node.__file__).read_bytes()
+
+
+def test_a_one_node_trainer_is_started_at_most_three_times(tmp_path, capsys):
+    argv, starts = _trainer(tmp_path, ray_timeouts=5)
+    code, where = L.run_trainer(argv, dict(os.environ), 1, 1)
+    assert code == 1 and starts.read_text() == "3" and where["ray_start_failures"] == 2
+
+
+def test_a_trainer_that_failed_otherwise_is_not_started_again(tmp_path, capsys):
+    argv, starts = _trainer(tmp_path, ray_timeouts=0)
+    failing = [*argv[:2], argv[2].replace("print('trained')", "sys.exit(3)")]
+    code, where = L.run_trainer(failing, dict(os.environ), 1, 1)
+    assert code == 3 and starts.read_text() == "1" and "ray_start_failures" not in where
+    # nor one that printed Ray's message and still exited 0
+    argv, starts = _trainer(tmp_path / "zero", ray_timeouts=1, code=0)
+    (tmp_path / "zero").mkdir()
+    assert L.run_trainer(argv, dict(os.environ), 1, 1)[0] == 0 and starts.read_text() == "1"
 
 
 def test_one_node_or_a_users_cluster_runs_verl_directly():

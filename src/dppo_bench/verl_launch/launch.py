@@ -7,8 +7,9 @@ An *attempt* is one start of verl's trainer. Each attempt
    (``RUN_DIR/checkpoints``, ``trainer.resume_mode=auto``), as verl's ``find_latest_ckpt_path`` does;
 3. records itself in run.json (the exact overrides, verl version, model, data, nodes and GPUs, the SLURM job)
    *before* verl starts, with its own FileLogger file ``RUN_DIR/verl_logs/attempt-<k>.jsonl``;
-4. runs the trainer: here when the setting fits on one node (verl starts its own Ray), or across the nodes of the
-   SLURM allocation with a Ray cluster built for it (:mod:`dppo_bench.verl_launch.slurm`);
+4. runs the trainer: here when the setting fits on one node (verl starts its own Ray; the trainer is started
+   again when Ray's node missed its start window), or across the nodes of the SLURM allocation with a Ray cluster
+   built for it (:mod:`dppo_bench.verl_launch.slurm`);
 5. folds the attempt's rows into metrics.jsonl (:mod:`dppo_bench.verl_launch.records`), also when verl crashed or
    the launcher was signalled; an attempt whose fold never ran (the launcher was killed) is folded by the next one
    before it starts;
@@ -47,6 +48,11 @@ from dppo_bench.verl_plugin.contract import PINNED_VERL, PLUGIN_MODULE
 
 MAIN_PPO = (sys.executable, "-m", "verl.trainer.main_ppo")
 TRACKER = "latest_checkpointed_iteration.txt"  # verl.utils.checkpoint.checkpoint_manager's tracker file
+# What Ray raises when a new node's raylet misses its fixed 30 s window to register (ray/_private/node.py), which
+# a loaded machine can: verl starts Ray before anything else, so a trainer that failed so trained nothing and is
+# started again, at most RAY_START_TRIES times in one attempt
+RAY_NODE_TIMEOUT = b"The current node timed out during startup"
+RAY_START_TRIES = 3
 
 
 def resumed_step(checkpoints: Path) -> int:
@@ -220,10 +226,22 @@ def slurm_record(env: Mapping[str, str]) -> dict | None:
     return job.record() if job else None
 
 
-def _wait(child: subprocess.Popen, grace_s: float = 60.0) -> int:
-    """The child's exit code; if this process is interrupted meanwhile, the child is stopped before it returns."""
+def _echo(child: subprocess.Popen) -> bool:
+    """Copy the child's piped output to ours, line by line; whether Ray's node start timed out in it."""
+    timed_out = False
+    for line in child.stdout:
+        sys.stdout.write(line.decode(errors="replace"))
+        sys.stdout.flush()
+        timed_out = timed_out or RAY_NODE_TIMEOUT in line
+    return timed_out
+
+
+def _wait(child: subprocess.Popen, grace_s: float = 60.0) -> tuple[int, bool]:
+    """(the child's exit code, whether Ray's node start timed out in its piped output); if this process is
+    interrupted meanwhile, the child is stopped before it returns."""
     try:
-        return child.wait()
+        timed_out = _echo(child) if child.stdout is not None else False
+        return child.wait(), timed_out
     except BaseException:
         if child.poll() is None:
             child.terminate()
@@ -256,15 +274,36 @@ def run_trainer(
         try:
             if job is None:
                 where["ray"] = env.get("RAY_ADDRESS") or "started by verl"
-                signals.child = popen(argv, env=own_ray(env), pass_fds=keep_fds)
-                return _wait(signals.child), where
+                return _run_on_one_node(argv, env, keep_fds, popen, signals, where), where
             ray_cluster = plan(job, nodes, gpus_per_node)
             with cluster(ray_cluster) as ray_env:
                 where["ray"] = ray_env["RAY_ADDRESS"]
                 signals.child = popen(driver_command(ray_cluster, argv), env={**env, **ray_env}, pass_fds=keep_fds)
-                return _wait(signals.child), where
+                return _wait(signals.child)[0], where
         finally:
             where["signal"] = signals.received
+
+
+def _run_on_one_node(
+    argv: list[str],
+    env: dict[str, str],
+    keep_fds: tuple[int, ...],
+    popen: Callable[..., subprocess.Popen],
+    signals: _Signals,
+    where: dict,
+) -> int:
+    """The trainer's exit code, started again while Ray's own node start timed out (``where`` counts those)."""
+    for start in range(1, RAY_START_TRIES + 1):
+        pipe = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
+        signals.child = popen(argv, env=own_ray(env), pass_fds=keep_fds, **pipe)
+        returncode, ray_timed_out = _wait(signals.child)
+        if not (returncode and ray_timed_out) or signals.received or start == RAY_START_TRIES:
+            return returncode
+        where["ray_start_failures"] = start
+        print(
+            f"Ray's node did not come up in time: starting verl's trainer again ({start + 1} of {RAY_START_TRIES})",
+            flush=True,
+        )
 
 
 def launch(run: VerlRun, *, trainer: Callable[..., tuple[int, dict]] = run_trainer) -> dict:

@@ -5,7 +5,9 @@ its own otherwise. Across nodes the cluster has to be built inside the allocatio
 ``examples/slurm/ray_on_slurm.slurm`` does it: one ``srun`` step per node, ``ray start --head`` on the first
 node and ``ray start --address`` on the others (each ``--block``, so the step lives as long as Ray does), then the
 trainer on the head node. :class:`RayOnSlurm` does this, waits until every node and GPU has joined, and stops Ray
-when the trainer ends. The commands are built by plain functions; tests/slurm runs them on a real SLURM.
+when the trainer ends. A ``ray start`` that exits before the cluster is up is started again, a few times: Ray
+waits a fixed 30 s for a node's raylet to register (``ray/_private/node.py``), which a loaded node can miss. The
+commands are built by plain functions; tests/slurm runs them on a real SLURM.
 
 Ray 2.60's ``ray start --head`` turns on token authentication and admits only processes that hold the token, which
 a node or driver given the address does not get by itself: each cluster gets a token of its own, handed to every
@@ -226,11 +228,14 @@ class RayOnSlurm:
         timeout_s: float = 600.0,
         poll_s: float = 5.0,
         stop_timeout_s: float = 60.0,
+        start_tries: int = 3,
         log: Callable[[str], None] = print,
     ):
         self.cluster, self.probe, self.popen, self.log = cluster, probe, popen, log
         self.timeout_s, self.poll_s, self.stop_timeout_s = timeout_s, poll_s, stop_timeout_s
-        self.steps: list[tuple[str, subprocess.Popen]] = []
+        self.start_tries = start_tries
+        self.steps: list[tuple[str, list[str], subprocess.Popen]] = []
+        self.starts: dict[str, int] = {}  # node: how often its ray start was started
         self.auth = ray_auth_env(secrets.token_hex(32))
         self.env = {**os.environ, **self.auth}  # of the srun steps and the probe: srun passes it to every node
 
@@ -253,14 +258,30 @@ class RayOnSlurm:
 
     def _start(self, node: str, argv: list[str]) -> None:
         self.log(f"ray: starting on {node}: {' '.join(argv)}")
-        self.steps.append((node, self.popen(argv, env=self.env)))
+        self.starts[node] = self.starts.get(node, 0) + 1
+        self.steps.append((node, argv, self.popen(argv, env=self.env)))
+
+    def _restart_exited(self) -> None:
+        """Start again each step that exited while the cluster was coming up, until its node's tries are spent."""
+        for i, (node, argv, step) in enumerate(self.steps):
+            if step.poll() is None:
+                continue
+            tries = self.starts[node]
+            if tries >= self.start_tries:
+                raise ClusterError(
+                    f"ray start on {node} exited with {step.returncode} before the cluster was up ({tries} tries)"
+                )
+            self.log(
+                f"ray: the step on {node} exited with {step.returncode} before the cluster was up; "
+                f"starting it again (try {tries + 1} of {self.start_tries})"
+            )
+            self.starts[node] = tries + 1
+            self.steps[i] = (node, argv, self.popen(argv, env=self.env))
 
     def _wait(self, nodes: int, gpus: int) -> None:
         deadline = time.monotonic() + self.timeout_s
         while True:
-            for node, step in self.steps:
-                if step.poll() is not None:
-                    raise ClusterError(f"ray start on {node} exited with {step.returncode} before the cluster was up")
+            self._restart_exited()
             seen = self.probe(self.cluster.address, self.env)
             if seen is not None and seen[0] >= nodes and seen[1] >= gpus:
                 return
@@ -274,10 +295,10 @@ class RayOnSlurm:
 
     def stop(self) -> None:
         """End every ``ray start --block`` step (Ray stops on that node with it), workers first."""
-        for _, step in reversed(self.steps):
+        for _, _, step in reversed(self.steps):
             if step.poll() is None:
                 step.terminate()
-        for node, step in reversed(self.steps):
+        for node, _, step in reversed(self.steps):
             try:
                 step.wait(timeout=self.stop_timeout_s)
             except subprocess.TimeoutExpired:
