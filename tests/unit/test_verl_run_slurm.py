@@ -268,9 +268,9 @@ def test_run_trainer_builds_the_cluster_and_runs_verl_on_the_head():
     }
 
 
-def _trainer(tmp_path, ray_timeouts, code=1):
+def _trainer(tmp_path, ray_timeouts, code=1, then="print('trained')"):
     """A trainer (a real process) whose Ray node start times out, with Ray's own message, its first
-    ``ray_timeouts`` starts, each exiting ``code``; the file counts its starts."""
+    ``ray_timeouts`` starts, each exiting ``code``, and runs ``then`` after; the file counts its starts."""
     starts = tmp_path / "starts"
     script = (
         "import pathlib, sys\n"
@@ -279,7 +279,7 @@ def _trainer(tmp_path, ray_timeouts, code=1):
         "    print('Exception: The current node timed out during startup. This could happen because some of the "
         "raylet failed to startup or the GCS has become overloaded.', file=sys.stderr)\n"
         f"    sys.exit({code})\n"
-        "print('trained')\n"
+        f"{then}\n"
     )
     return [sys.executable, "-c", script], starts
 
@@ -305,9 +305,8 @@ def test_a_one_node_trainer_is_started_at_most_three_times(tmp_path, capsys):
 
 
 def test_a_trainer_that_failed_otherwise_is_not_started_again(tmp_path, capsys):
-    argv, starts = _trainer(tmp_path, ray_timeouts=0)
-    failing = [*argv[:2], argv[2].replace("print('trained')", "sys.exit(3)")]
-    code, where = L.run_trainer(failing, dict(os.environ), 1, 1)
+    argv, starts = _trainer(tmp_path, ray_timeouts=0, then="sys.exit(3)")
+    code, where = L.run_trainer(argv, dict(os.environ), 1, 1)
     assert code == 3 and starts.read_text() == "1" and "ray_start_failures" not in where
     # nor one that printed Ray's message and still exited 0
     argv, starts = _trainer(tmp_path / "zero", ray_timeouts=1, code=0)

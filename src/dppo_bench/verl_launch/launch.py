@@ -43,16 +43,22 @@ from dppo_bench.rundir import RunDir, run_name
 from dppo_bench.runlock import run_lock
 from dppo_bench.verl_launch.records import MetricMap, apply_attempt
 from dppo_bench.verl_launch.run_config import RunPaths, device_env, run_overrides
-from dppo_bench.verl_launch.slurm import ClusterError, RayOnSlurm, SlurmJob, driver_command, plan_cluster
+from dppo_bench.verl_launch.slurm import (
+    RAY_START_TRIES,
+    ClusterError,
+    RayOnSlurm,
+    SlurmJob,
+    driver_command,
+    plan_cluster,
+)
 from dppo_bench.verl_plugin.contract import PINNED_VERL, PLUGIN_MODULE
 
 MAIN_PPO = (sys.executable, "-m", "verl.trainer.main_ppo")
 TRACKER = "latest_checkpointed_iteration.txt"  # verl.utils.checkpoint.checkpoint_manager's tracker file
 # What Ray raises when a new node's raylet misses its fixed 30 s window to register (ray/_private/node.py), which
 # a loaded machine can: verl starts Ray before anything else, so a trainer that failed so trained nothing and is
-# started again, at most RAY_START_TRIES times in one attempt
+# started again, at most RAY_START_TRIES starts in one attempt
 RAY_NODE_TIMEOUT = b"The current node timed out during startup"
-RAY_START_TRIES = 3
 
 
 def resumed_step(checkpoints: Path) -> int:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 RAY_PORT = 6379  # Ray's own default, for a cluster planned outside an allocation
+RAY_START_TRIES = 3  # starts of a node's Ray (or of a one-node trainer, which starts its own) before giving up
 
 
 def ray_port(job_id: str) -> int:
@@ -228,7 +229,7 @@ class RayOnSlurm:
         timeout_s: float = 600.0,
         poll_s: float = 5.0,
         stop_timeout_s: float = 60.0,
-        start_tries: int = 3,
+        start_tries: int = RAY_START_TRIES,
         log: Callable[[str], None] = print,
     ):
         self.cluster, self.probe, self.popen, self.log = cluster, probe, popen, log
@@ -258,8 +259,11 @@ class RayOnSlurm:
 
     def _start(self, node: str, argv: list[str]) -> None:
         self.log(f"ray: starting on {node}: {' '.join(argv)}")
+        self.steps.append(self._spawn(node, argv))
+
+    def _spawn(self, node: str, argv: list[str]) -> tuple[str, list[str], subprocess.Popen]:
         self.starts[node] = self.starts.get(node, 0) + 1
-        self.steps.append((node, argv, self.popen(argv, env=self.env)))
+        return node, argv, self.popen(argv, env=self.env)
 
     def _restart_exited(self) -> None:
         """Start again each step that exited while the cluster was coming up, until its node's tries are spent."""
@@ -275,8 +279,7 @@ class RayOnSlurm:
                 f"ray: the step on {node} exited with {step.returncode} before the cluster was up; "
                 f"starting it again (try {tries + 1} of {self.start_tries})"
             )
-            self.starts[node] = tries + 1
-            self.steps[i] = (node, argv, self.popen(argv, env=self.env))
+            self.steps[i] = self._spawn(node, argv)
 
     def _wait(self, nodes: int, gpus: int) -> None:
         deadline = time.monotonic() + self.timeout_s
